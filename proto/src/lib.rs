@@ -4,15 +4,30 @@
 //! - [`diagnostic`]: located, quotable reasons a response broke its contract.
 //! - [`language`]: the output-language normalisation (P6).
 //! - [`protocol`]: the protocol names and families.
+//! - [`review`], [`issue_analysis`], [`scan`]: the tagged envelopes P1–P3.
+//! - [`contracts`]: the JSON stage contracts P4 (triage, summary, reviewer, validator).
+//! - [`output_tag`]: `<output>` extraction for free-form agents (P5).
+//! - [`validate`]: one entry point from protocol name + response to canonical JSON.
+//! - [`contract`]: the contract text each protocol's prompts show.
+//! - [`diff`]: unified-diff parsing into commentable new-side lines.
 //!
 //! **Invariant:** this crate does no I/O — no files, sockets, clocks, randomness or async runtime.
 //! Callers pass in everything that varies (boundary markers, timestamps), so every function here is
 //! deterministic and testable from data files.
 
+pub mod contract;
+pub mod contracts;
 pub mod diagnostic;
+pub mod diff;
+pub mod issue_analysis;
 pub mod language;
+pub mod output_tag;
 pub mod protocol;
+pub mod review;
+pub mod scan;
+pub mod validate;
 
 pub use diagnostic::{Diagnostic, DiagnosticCode, Diagnostics};
 pub use language::Language;
 pub use protocol::{ProtocolFamily, ProtocolId};
+pub use validate::{ValidateOptions, validate};

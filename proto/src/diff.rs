@@ -1,0 +1,1 @@
+//! Placeholder until the unified-diff parser lands.
