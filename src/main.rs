@@ -1,14 +1,47 @@
 //! The `verdict` binary: one artefact for the CLI, the scheduler and the workers.
+//!
+//! Thin by design: argument parsing and exit codes live here, behaviour lives in the crates.
+
+mod commands;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "verdict", version, about = "AI code review as a distributed worker pool")]
-enum Cli {}
+#[command(
+    name = "verdict",
+    version,
+    about = "AI code review as a distributed, queue-driven worker pool"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Hold a model response to an output protocol: print its canonical JSON (exit 0) or every
+    /// diagnostic (exit 1).
+    Validate(commands::validate::Args),
+    /// Print the commentable new-side lines of a unified diff as JSON.
+    DiffLines(commands::diff_lines::Args),
+    /// Print the output contract a protocol's prompts show.
+    Contract(commands::contract::Args),
+}
 
 fn main() -> ExitCode {
-    let _ = Cli::parse();
-    ExitCode::SUCCESS
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Validate(args) => commands::validate::run(args),
+        Command::DiffLines(args) => commands::diff_lines::run(args),
+        Command::Contract(args) => commands::contract::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("verdict: {e:#}");
+            commands::exit_usage()
+        }
+    }
 }

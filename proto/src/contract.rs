@@ -8,10 +8,9 @@ pub fn contract_text(protocol: ProtocolId, language: Language) -> String {
         ProtocolId::Review => crate::review::contract_text(language),
         ProtocolId::IssueAnalysis => crate::issue_analysis::contract_text(language),
         ProtocolId::Scan => crate::scan::contract_text(language),
-        ProtocolId::Triage
-        | ProtocolId::Summary
-        | ProtocolId::Reviewer
-        | ProtocolId::Validator => crate::contracts::contract_text(protocol, language),
+        ProtocolId::Triage | ProtocolId::Summary | ProtocolId::Reviewer | ProtocolId::Validator => {
+            crate::contracts::contract_text(protocol, language)
+        }
         ProtocolId::Comments => crate::output_tag::contract_text(language),
     }
 }

@@ -43,6 +43,8 @@ pub enum DiagnosticCode {
     UnmatchedClose,
     /// A protocol tag line inside a text block.
     TagInText,
+    /// A tag line with extra text on it (`<SUMMARY>text` without the closing tag).
+    MalformedTagLine,
     /// A scalar field written over several lines.
     NotSingleLine,
     /// A value outside its type, enumeration or range.

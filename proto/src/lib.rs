@@ -19,6 +19,7 @@ pub mod contract;
 pub mod contracts;
 pub mod diagnostic;
 pub mod diff;
+mod envelope;
 pub mod issue_analysis;
 pub mod language;
 pub mod output_tag;

@@ -31,10 +31,9 @@ pub fn validate(
                 .and_then(|v| canonical(&v))
         }
         ProtocolId::Scan => crate::scan::parse(response).and_then(|v| canonical(&v)),
-        ProtocolId::Triage
-        | ProtocolId::Summary
-        | ProtocolId::Reviewer
-        | ProtocolId::Validator => crate::contracts::validate_canonical(protocol, response),
+        ProtocolId::Triage | ProtocolId::Summary | ProtocolId::Reviewer | ProtocolId::Validator => {
+            crate::contracts::validate_canonical(protocol, response)
+        }
         ProtocolId::Comments => crate::output_tag::validate_canonical(response),
     }
 }

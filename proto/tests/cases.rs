@@ -9,6 +9,8 @@
 //! `VERDICT_BLESS=1 cargo test -p verdict-proto --test cases` rewrites the expectations from the
 //! current behaviour — review the diff before committing it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
+
 use std::fs;
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,97 @@
+//! The shape of a tagged envelope as data, so one engine parses, renders and explains P1–P3.
+
+/// One field of an envelope: its tag, what it holds and the placeholder the contract shows.
+#[derive(Debug)]
+pub(crate) struct Field {
+    pub tag: &'static str,
+    pub kind: Kind,
+    /// What the contract skeleton shows as the value, per language (`en`, `zh-CN`).
+    pub hint: (&'static str, &'static str),
+}
+
+#[derive(Debug)]
+pub(crate) enum Kind {
+    /// One line: `<TAG>value</TAG>`; the value contains no `<` or `>`.
+    Scalar,
+    /// Block form (tag lines around content lines) or single-line form.
+    Text,
+    /// Fields in this order, each exactly once.
+    Record(&'static [Field]),
+    /// Zero or more blocks of the one item field.
+    List(&'static Field),
+}
+
+/// A whole protocol: the root tag and its fields in order.
+#[derive(Debug)]
+pub(crate) struct EnvelopeSpec {
+    pub root: &'static str,
+    pub fields: &'static [Field],
+}
+
+impl Field {
+    pub const fn scalar(tag: &'static str, hint: (&'static str, &'static str)) -> Field {
+        Field {
+            tag,
+            kind: Kind::Scalar,
+            hint,
+        }
+    }
+
+    pub const fn text(tag: &'static str, hint: (&'static str, &'static str)) -> Field {
+        Field {
+            tag,
+            kind: Kind::Text,
+            hint,
+        }
+    }
+
+    pub const fn record(tag: &'static str, fields: &'static [Field]) -> Field {
+        Field {
+            tag,
+            kind: Kind::Record(fields),
+            hint: ("", ""),
+        }
+    }
+
+    pub const fn list(tag: &'static str, item: &'static Field) -> Field {
+        Field {
+            tag,
+            kind: Kind::List(item),
+            hint: ("", ""),
+        }
+    }
+
+    /// The fields a block of this field may contain, in order (`None` for scalar and text).
+    pub fn children(&self) -> Option<&'static [Field]> {
+        match &self.kind {
+            Kind::Record(fields) => Some(fields),
+            Kind::List(item) => Some(std::slice::from_ref(*item)),
+            Kind::Scalar | Kind::Text => None,
+        }
+    }
+}
+
+impl EnvelopeSpec {
+    /// Every tag of the protocol with the field that defines it (root excluded). Within one
+    /// protocol a tag always has the same kind, so the first definition is enough.
+    pub fn tags(&self) -> Vec<&'static Field> {
+        fn walk(fields: &'static [Field], out: &mut Vec<&'static Field>) {
+            for f in fields {
+                if !out.iter().any(|o| o.tag == f.tag) {
+                    out.push(f);
+                }
+                if let Some(children) = f.children() {
+                    walk(children, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(self.fields, &mut out);
+        out
+    }
+
+    /// The field order of a record, as the diagnostics spell it out.
+    pub fn order_list(fields: &[Field]) -> String {
+        fields.iter().map(|f| f.tag).collect::<Vec<_>>().join(", ")
+    }
+}
