@@ -10,6 +10,11 @@
 //! - [`validate`]: one entry point from protocol name + response to canonical JSON.
 //! - [`contract`]: the contract text each protocol's prompts show.
 //! - [`diff`]: unified-diff parsing into commentable new-side lines.
+//! - [`evidence`]: fencing untrusted material behind per-call boundary markers (P7).
+//! - [`repair`]: the texts of repair rounds, conversation and isolated (E3).
+//! - [`outcome`]: the classified end of every stage attempt (E4).
+//! - [`redact`]: secret redaction and safe previews (E4, O4, R3).
+//! - [`wire`]: the versioned messages between scheduler and workers.
 //!
 //! **Invariant:** this crate does no I/O — no files, sockets, clocks, randomness or async runtime.
 //! Callers pass in everything that varies (boundary markers, timestamps), so every function here is
@@ -20,13 +25,18 @@ pub mod contracts;
 pub mod diagnostic;
 pub mod diff;
 mod envelope;
+pub mod evidence;
 pub mod issue_analysis;
 pub mod language;
+pub mod outcome;
 pub mod output_tag;
 pub mod protocol;
+pub mod redact;
+pub mod repair;
 pub mod review;
 pub mod scan;
 pub mod validate;
+pub mod wire;
 
 pub use diagnostic::{Diagnostic, DiagnosticCode, Diagnostics};
 pub use language::Language;
