@@ -240,3 +240,25 @@ fn check_surroundings(
 fn fence_info(line: &str) -> Option<&str> {
     line.trim().strip_prefix("```").map(str::trim)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::spec::Kind;
+    use super::tree::MAX_RECORD_FIELDS;
+
+    #[test]
+    fn every_record_fits_the_structure_check() {
+        for spec in [
+            &crate::review::SPEC,
+            &crate::issue_analysis::SPEC,
+            &crate::scan::SPEC,
+        ] {
+            assert!(spec.fields.len() <= MAX_RECORD_FIELDS, "{}", spec.root);
+            for f in spec.tags() {
+                if let Kind::Record(fields) = f.kind {
+                    assert!(fields.len() <= MAX_RECORD_FIELDS, "{}", f.tag);
+                }
+            }
+        }
+    }
+}

@@ -153,9 +153,9 @@ impl<'s, 'a, 'c> TreeParser<'s, 'a, 'c> {
                         continue;
                     };
                     if let Some(child) = allowed.iter().find(|f| f.tag == field.tag) {
-                        let index = nodes.iter().filter(|n| n.field.tag == child.tag).count() + 1;
+                        // A list allows only its item field, so every node so far is an item.
                         let child_path = if repeated {
-                            path.item(child.tag, index)
+                            path.item(child.tag, nodes.len() + 1)
                         } else {
                             path.child(child.tag)
                         };
@@ -361,7 +361,6 @@ impl<'s, 'a, 'c> TreeParser<'s, 'a, 'c> {
         let open_line = open as u32 + 1;
         let mut j = open + 1;
         let mut ends_with_close: Option<usize> = None;
-        let closing = format!("</{tag}>");
         while j < end {
             match self.kinds[j] {
                 Line::Close(t) if t == own_tag => {
@@ -375,6 +374,7 @@ impl<'s, 'a, 'c> TreeParser<'s, 'a, 'c> {
                 }
                 Line::Open(t) | Line::Close(t) | Line::Inline(t, _) => {
                     let name = self.tags.name(t);
+                    let closing = format!("</{tag}>");
                     let hint = close_hint(ends_with_close, &closing);
                     self.report(
                         Diagnostic::new(
@@ -391,13 +391,14 @@ impl<'s, 'a, 'c> TreeParser<'s, 'a, 'c> {
                     return Value::Broken;
                 }
                 _ => {
-                    if self.lines[j].trim_end().ends_with(&closing) {
-                        ends_with_close.get_or_insert(j);
+                    if ends_with_close.is_none() && ends_with_close_tag(self.lines[j], tag) {
+                        ends_with_close = Some(j);
                     }
                 }
             }
             j += 1;
         }
+        let closing = format!("</{tag}>");
         let hint = close_hint(ends_with_close, &closing);
         self.report(
             Diagnostic::new(
@@ -466,6 +467,14 @@ impl<'s, 'a, 'c> TreeParser<'s, 'a, 'c> {
     }
 }
 
+/// Whether a content line ends with `</tag>`: a closing tag that is not alone on its line.
+fn ends_with_close_tag(line: &str, tag: &str) -> bool {
+    line.trim_end()
+        .strip_suffix('>')
+        .and_then(|s| s.strip_suffix(tag))
+        .is_some_and(|s| s.ends_with("</"))
+}
+
 fn close_hint(ends_with_close: Option<usize>, closing: &str) -> String {
     match ends_with_close {
         Some(j) => format!(
@@ -493,6 +502,9 @@ fn unknown_tag_message(text: &str, tags: &Tags, allowed: &[Field], own: &str) ->
     )
 }
 
+/// The most fields one record of any protocol has (a test keeps the specs within it).
+pub(crate) const MAX_RECORD_FIELDS: usize = 16;
+
 /// Checks order, uniqueness and presence of a record's fields (P1 rule 1). Values are checked
 /// by the protocol.
 fn check_record(
@@ -503,7 +515,11 @@ fn check_record(
     path: &Path<'_>,
 ) {
     let index_of = |n: &Node<'_, '_>| fields.iter().position(|f| f.tag == n.field.tag);
-    let mut first_line: Vec<Option<u32>> = vec![None; fields.len()];
+    // Records are small and checked once per block; fixed arrays keep this allocation-free.
+    let mut first_line = [None::<u32>; MAX_RECORD_FIELDS];
+    if fields.len() > MAX_RECORD_FIELDS {
+        return;
+    }
     for n in nodes {
         let Some(i) = index_of(n) else { continue };
         match first_line[i] {
@@ -523,8 +539,8 @@ fn check_record(
     }
     // Order among the fields that are present: the next expected is the earliest present field
     // not yet seen, so a missing field is reported as missing, not as out of order.
-    let mut consumed = vec![false; fields.len()];
-    let mut seen_once = vec![false; fields.len()];
+    let mut consumed = [false; MAX_RECORD_FIELDS];
+    let mut seen_once = [false; MAX_RECORD_FIELDS];
     for n in nodes {
         let Some(i) = index_of(n) else { continue };
         if seen_once[i] {
