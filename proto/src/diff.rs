@@ -317,6 +317,20 @@ impl OpenFile {
         }
     }
 
+    /// Whether a `---`/`+++` pair names this file (and so belongs to its git header rather than
+    /// starting a plain file): each name is `/dev/null`, unknown so far, or the known path with
+    /// or without a prefix.
+    fn names_match(&self, old_raw: &str, new_raw: &str) -> bool {
+        let same = |known: &Option<String>, raw: &str| {
+            raw == DEV_NULL
+                || known.as_deref().is_none_or(|known| {
+                    raw.strip_suffix(known)
+                        .is_some_and(|prefix| prefix.is_empty() || prefix.ends_with('/'))
+                })
+        };
+        same(&self.file.old_path, old_raw) && same(&self.file.new_path, new_raw)
+    }
+
     /// Takes the `---`/`+++` names (raw, prefixed, possibly `/dev/null`).
     fn set_pair(&mut self, old_raw: &str, new_raw: &str) {
         self.saw_pair = true;
@@ -575,6 +589,7 @@ impl<'a> Parser<'a> {
         } else if line == "GIT binary patch" {
             if let Some(file) = self.current.as_mut().filter(|f| f.git && f.header_open) {
                 file.file.binary = true;
+                file.header_open = false;
             }
             self.mode = Mode::BinaryPatch;
         }
@@ -587,10 +602,9 @@ impl<'a> Parser<'a> {
         let plus = self.lines.next().map_or("", |(l, _)| trim_cr(l));
         let old_raw = header_name(minus.get(4..).unwrap_or(""));
         let new_raw = header_name(plus.get(4..).unwrap_or(""));
-        let belongs_to_current = self
-            .current
-            .as_ref()
-            .is_some_and(|f| f.git && f.header_open && !f.saw_pair);
+        let belongs_to_current = self.current.as_ref().is_some_and(|f| {
+            f.git && f.header_open && !f.saw_pair && f.names_match(&old_raw, &new_raw)
+        });
         if !belongs_to_current {
             self.close_file();
             self.current = Some(OpenFile::new(number, false));
@@ -602,9 +616,18 @@ impl<'a> Parser<'a> {
 
     /// `Binary files X and Y differ`: a flag on a git file, a file of its own in plain `diff`.
     fn binary_files(&mut self, names: &str, number: u32) {
-        if let Some(file) = self.current.as_mut().filter(|f| f.git && f.header_open) {
+        let split = split_binary_names(names);
+        let in_header = |f: &&mut OpenFile| {
+            f.git
+                && f.header_open
+                && split
+                    .as_ref()
+                    .is_none_or(|(old, new)| f.names_match(old, new))
+        };
+        if let Some(file) = self.current.as_mut().filter(in_header) {
             file.file.binary = true;
-        } else if let Some((old_raw, new_raw)) = split_binary_names(names) {
+            file.header_open = false;
+        } else if let Some((old_raw, new_raw)) = split {
             self.close_file();
             let mut file = OpenFile::new(number, false);
             file.set_pair(&old_raw, &new_raw);
@@ -1516,6 +1539,42 @@ index 83db48f..bf269f4 100644
              2.47.3\n\n",
         );
         assert_eq!(d.commentable(), expected(&[("f", &[(1, 1)])]));
+    }
+
+    #[test]
+    fn a_plain_pair_naming_another_file_does_not_join_an_open_git_header() {
+        let d = clean(
+            "diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n\
+             --- a/other\n+++ b/other\n@@ -1 +1 @@\n-a\n+b\n\
+             diff --git a/x.sh b/x.sh\nold mode 100644\nnew mode 100755\n\
+             Binary files a/img and b/img differ\n\
+             diff --git a/pic b/pic\nBinary files a/pic and b/pic differ\n\
+             --- a/pic\n+++ b/pic\n@@ -1 +1 @@\n-a\n+b\n",
+        );
+        assert_eq!(
+            statuses(&d),
+            [
+                (Some("run.sh"), Some("run.sh"), FileStatus::ModeChanged),
+                (Some("other"), Some("other"), FileStatus::Modified),
+                (Some("x.sh"), Some("x.sh"), FileStatus::ModeChanged),
+                (Some("img"), Some("img"), FileStatus::Modified),
+                (Some("pic"), Some("pic"), FileStatus::Modified),
+                (Some("pic"), Some("pic"), FileStatus::Modified),
+            ]
+        );
+        assert_eq!(
+            d.commentable(),
+            expected(&[
+                ("run.sh", &[]),
+                ("other", &[(1, 1)]),
+                ("x.sh", &[]),
+                ("img", &[]),
+                ("pic", &[]),
+                ("pic", &[(1, 1)])
+            ])
+        );
+        // `contains` looks at every entry of a path listed twice.
+        assert!(d.commentable().contains("pic", 1, 1));
     }
 
     #[test]
