@@ -1,4 +1,4 @@
-//! Unified diffs → the new-side lines a review may comment on inline (the diff safety zone, SPEC G2).
+//! Unified diffs → the new-side lines a review may comment on inline (diff safety zone, SPEC G2).
 //!
 //! GitHub accepts an inline review comment only on a line that the PR diff shows on the new side:
 //! an added or a context line of some hunk. Publication asks [`CommentableLines::contains`] for
@@ -381,6 +381,9 @@ impl OpenFile {
             FileStatus::Added => f.old_path = None,
             _ => {}
         }
+        // A name that was only a prefix (`diff --git a/ b/`) names nothing.
+        f.old_path = f.old_path.take().filter(|p| !p.is_empty());
+        f.new_path = f.new_path.take().filter(|p| !p.is_empty());
         let missing = match f.status {
             FileStatus::Deleted => f.old_path.is_none(),
             _ => f.new_path.is_none(),
@@ -389,7 +392,8 @@ impl OpenFile {
             warnings.push(
                 Diagnostic::new(
                     DiagnosticCode::InvalidValue,
-                    "could not tell the file's path from its headers; its lines are not commentable",
+                    "could not tell the file's path from its headers; its lines are not \
+                     commentable",
                 )
                 .at_line(self.line),
             );
@@ -544,8 +548,8 @@ impl<'a> Parser<'a> {
             }
             Feed::Short => {
                 let message = format!(
-                    "the hunk at line {} ends here with {} old and {} new lines fewer than its header \
-                     `@@ -{},{} +{},{} @@` counts",
+                    "the hunk at line {} ends here with {} old and {} new lines fewer than its \
+                     header `@@ -{},{} +{},{} @@` counts",
                     open.line,
                     open.old_left,
                     open.new_left,
@@ -726,8 +730,8 @@ impl<'a> Parser<'a> {
             self.warn(
                 DiagnosticCode::InvalidValue,
                 number,
-                "malformed hunk header; expected `@@ -start[,count] +start[,count] @@`; the hunk is \
-                 ignored",
+                "malformed hunk header; expected `@@ -start[,count] +start[,count] @@`; the hunk \
+                 is ignored",
             );
             return;
         };
@@ -1669,6 +1673,10 @@ index 83db48f..bf269f4 100644
     fn unknown_path_warns() {
         let d = parse("diff --git one two three\nold mode 100644\nnew mode 100755\n");
         assert_eq!(d.warnings.len(), 1);
+        assert_eq!(d.commentable(), expected(&[]));
+        let d = parse("diff --git a/ b/\nnew file mode 100644\n");
+        assert_eq!(d.warnings.len(), 1);
+        assert_eq!(d.warnings[0].line, Some(1));
         assert_eq!(d.commentable(), expected(&[]));
     }
 
