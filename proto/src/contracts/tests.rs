@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::extract::{Frame, json_body};
 use super::schema_check::unsupported_keywords;
 use super::*;
+use crate::output_tag::comments::Comments;
 
 /// Every generated schema, by the file name it is checked in under.
 fn generated() -> Vec<(&'static str, Value)> {
@@ -17,6 +18,7 @@ fn generated() -> Vec<(&'static str, Value)> {
         ("summary", Summary::schema().clone()),
         ("reviewer", ReviewerReport::schema().clone()),
         ("validator", ValidatorReport::schema().clone()),
+        ("comments", Comments::schema().clone()),
     ]
 }
 
