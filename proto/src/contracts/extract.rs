@@ -134,8 +134,8 @@ fn not_an_object(response: &str, at: usize, content: &str, frame: Frame) -> Diag
 }
 
 fn fenced(response: &str, at: usize, end: usize, frame: Frame) -> Result<Body<'_>, Diagnostic> {
-    let lines = Lines::new(response);
-    let open_line = lines.line(at);
+    // Line numbers are only needed for a diagnostic; the happy path never counts lines.
+    let lines = || Lines::new(response);
     let rest = &response[at..end];
     let (opening, after_opening) = match rest.find('\n') {
         Some(i) => (&rest[..i], at + i + 1),
@@ -144,6 +144,7 @@ fn fenced(response: &str, at: usize, end: usize, frame: Frame) -> Result<Body<'_
     let ticks = opening.bytes().take_while(|&b| b == b'`').count();
     let info = opening[ticks..].trim();
     if !frame.accepts_fence(info) {
+        let open_line = lines().line(at);
         let found = if info.is_empty() {
             "found a bare ``` fence (without json)".to_owned()
         } else {
@@ -182,6 +183,8 @@ fn fenced(response: &str, at: usize, end: usize, frame: Frame) -> Result<Body<'_
     }
 
     let Some((close_start, close_end)) = close else {
+        let lines = lines();
+        let open_line = lines.line(at);
         let inside = response.get(after_opening..end).unwrap_or("");
         let truncated = matches!(
             serde_json::Deserializer::from_str(inside)
@@ -209,7 +212,7 @@ fn fenced(response: &str, at: usize, end: usize, frame: Frame) -> Result<Body<'_
     let trailing = after.trim_start();
     if !trailing.is_empty() {
         let offset = end - after.len() + (after.len() - trailing.len());
-        return Err(text_after(&lines, offset, trailing, frame));
+        return Err(text_after(&lines(), offset, trailing, frame));
     }
     Ok(Body {
         text: &response[after_opening..close_start],

@@ -3,12 +3,12 @@
 //!
 //! # Layout
 //! - [`extract`]: where the object is (plain or one ```` ```json ```` fence), never searching prose.
-//! - [`strict`], [`fields`]: serde types and adapters that accept exactly what the schemas accept.
+//! - `strict`, [`fields`]: serde types and adapters that accept exactly what the schemas accept.
 //! - [`schema_check`]: the schema walker that lists every violation on the slow path.
-//! - [`locate`]: the line of a JSON path in the response, for diagnostics.
+//! - `locate`: the line of a JSON path in the response, for diagnostics.
 //! - [`tolerance`]: aliases and defaults a contract may tolerate (used by P5).
 //! - [`triage`], [`summary`], [`reviewer`], [`validator`]: the contracts themselves.
-//! - [`contract_text`]: the contract as the prompts show it.
+//! - [`contract_text`](mod@contract_text): the contract as the prompts show it.
 //!
 //! # Two paths, one answer
 //! The fast path parses straight into the contract type (`deny_unknown_fields`, strict adapters)
