@@ -17,7 +17,7 @@ use verdict_proto::review::{self, Decision, Finding, Review, Severity};
 fn review_with(n: usize) -> Review {
     let findings = (0..n)
         .map(|i| Finding {
-            severity: Severity::ALL[i % 4].1,
+            severity: Severity::ALL[i % 4],
             file: (i % 5 != 0).then(|| format!("src/module_{}/file_{}.rs", i % 17, i)),
             start_line: (i % 5 != 0).then_some(10 + i as u32),
             end_line: (i % 5 != 0).then_some(14 + i as u32),

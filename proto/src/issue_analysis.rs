@@ -7,10 +7,11 @@ use crate::envelope::{
     self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, children, int_in, one_of, record,
     required_text, scalar, text, version,
 };
+use crate::names::string_enum;
 use crate::{Diagnostics, Language};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// How urgent an issue is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Priority {
     Critical,
     High,
@@ -18,23 +19,12 @@ pub enum Priority {
     Low,
 }
 
-impl Priority {
-    pub const ALL: [(&'static str, Priority); 4] = [
-        ("critical", Priority::Critical),
-        ("high", Priority::High),
-        ("medium", Priority::Medium),
-        ("low", Priority::Low),
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Priority::Critical => "critical",
-            Priority::High => "high",
-            Priority::Medium => "medium",
-            Priority::Low => "low",
-        }
-    }
-}
+string_enum!(Priority {
+    Critical => "critical",
+    High => "high",
+    Medium => "medium",
+    Low => "low",
+});
 
 /// A parsed, valid issue analysis.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,7 +150,7 @@ fn build(
     let version = scalar(nodes, "VERSION", root, c, version);
     let category = scalar(nodes, "CATEGORY", root, c, |v| category(v, categories));
     let priority = scalar(nodes, "PRIORITY", root, c, |v| {
-        one_of("PRIORITY", v, &Priority::ALL)
+        one_of::<Priority>("PRIORITY", v)
     });
     let summary = required_text(nodes, "SUMMARY", root, c);
     let feasibility = required_text(nodes, "FEASIBILITY", root, c);

@@ -4,6 +4,7 @@
 //! - [`diagnostic`]: located, quotable reasons a response broke its contract.
 //! - [`language`]: the output-language normalisation (P6).
 //! - [`protocol`]: the protocol names and families.
+//! - [`names`], [`severity`]: closed sets of wire names, spelled one way everywhere.
 //! - [`review`], [`issue_analysis`], [`scan`]: the tagged envelopes P1–P3.
 //! - [`contracts`]: the JSON stage contracts P4 (triage, summary, reviewer, validator).
 //! - [`output_tag`]: `<output>` extraction for free-form agents (P5).
@@ -28,6 +29,7 @@ mod envelope;
 pub mod evidence;
 pub mod issue_analysis;
 pub mod language;
+pub mod names;
 pub mod outcome;
 pub mod output_tag;
 pub mod protocol;
@@ -35,6 +37,7 @@ pub mod redact;
 pub mod repair;
 pub mod review;
 pub mod scan;
+pub mod severity;
 pub mod validate;
 pub mod wire;
 

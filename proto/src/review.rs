@@ -7,69 +7,24 @@ use crate::envelope::{
     self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, children, int_in, location,
     one_of, record, required_text, scalar, text, version,
 };
+use crate::names::string_enum;
 use crate::{Diagnostics, Language};
 
 /// The review's recommendation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Decision {
     Approve,
     RequestChanges,
     Comment,
 }
 
-/// How serious a finding is; shared by P1, P3 and the reviewer contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    Critical,
-    Major,
-    Minor,
-    Suggestion,
-}
+pub use crate::severity::Severity;
 
-impl Decision {
-    pub const ALL: [(&'static str, Decision); 3] = [
-        ("approve", Decision::Approve),
-        ("request_changes", Decision::RequestChanges),
-        ("comment", Decision::Comment),
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Approve => "approve",
-            Decision::RequestChanges => "request_changes",
-            Decision::Comment => "comment",
-        }
-    }
-}
-
-impl Severity {
-    pub const ALL: [(&'static str, Severity); 4] = [
-        ("critical", Severity::Critical),
-        ("major", Severity::Major),
-        ("minor", Severity::Minor),
-        ("suggestion", Severity::Suggestion),
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Critical => "critical",
-            Severity::Major => "major",
-            Severity::Minor => "minor",
-            Severity::Suggestion => "suggestion",
-        }
-    }
-
-    /// The highest SCORE a review with a finding of this severity may carry (P1 rule 7).
-    pub fn score_cap(self) -> u8 {
-        match self {
-            Severity::Critical => 3,
-            Severity::Major => 6,
-            Severity::Minor | Severity::Suggestion => 10,
-        }
-    }
-}
+string_enum!(Decision {
+    Approve => "approve",
+    RequestChanges => "request_changes",
+    Comment => "comment",
+});
 
 /// A parsed, valid review envelope. `score` is already capped (P1 rule 7); `model_score` is what
 /// the model wrote, kept so the cap is visible rather than silent.
@@ -184,7 +139,7 @@ fn build(nodes: &[Node<'_, '_>], root: &Path<'_>, c: &mut Collector) -> Option<R
     let version = scalar(nodes, "VERSION", root, c, version);
     let model_score = scalar(nodes, "SCORE", root, c, |v| int_in("SCORE", v, 1, 10));
     let decision = scalar(nodes, "DECISION", root, c, |v| {
-        one_of("DECISION", v, &Decision::ALL)
+        one_of::<Decision>("DECISION", v)
     });
     let decision_reason = required_text(nodes, "DECISION_REASON", root, c);
     let summary = required_text(nodes, "SUMMARY", root, c);
@@ -225,7 +180,7 @@ fn findings(nodes: &[Node<'_, '_>], root: &Path<'_>, c: &mut Collector) -> Optio
 
 fn finding(nodes: &[Node<'_, '_>], path: &Path<'_>, c: &mut Collector) -> Option<Finding> {
     let severity = scalar(nodes, "SEVERITY", path, c, |v| {
-        one_of("SEVERITY", v, &Severity::ALL)
+        one_of::<Severity>("SEVERITY", v)
     });
     let location = location(nodes, path, c);
     let title = required_text(nodes, "TITLE", path, c);

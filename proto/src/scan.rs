@@ -7,12 +7,12 @@ use crate::envelope::{
     self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, children, int_in, location,
     one_of, record, required_text, scalar, text, version,
 };
+use crate::names::string_enum;
 use crate::review::{Severity, write_location};
 use crate::{Diagnostics, Language};
 
 /// What a scan finding is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScanCategory {
     Security,
     Performance,
@@ -21,25 +21,13 @@ pub enum ScanCategory {
     Architecture,
 }
 
-impl ScanCategory {
-    pub const ALL: [(&'static str, ScanCategory); 5] = [
-        ("security", ScanCategory::Security),
-        ("performance", ScanCategory::Performance),
-        ("reliability", ScanCategory::Reliability),
-        ("maintainability", ScanCategory::Maintainability),
-        ("architecture", ScanCategory::Architecture),
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ScanCategory::Security => "security",
-            ScanCategory::Performance => "performance",
-            ScanCategory::Reliability => "reliability",
-            ScanCategory::Maintainability => "maintainability",
-            ScanCategory::Architecture => "architecture",
-        }
-    }
-}
+string_enum!(ScanCategory {
+    Security => "security",
+    Performance => "performance",
+    Reliability => "reliability",
+    Maintainability => "maintainability",
+    Architecture => "architecture",
+});
 
 /// A parsed, valid scan report. No score cap applies (SPEC 2a).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,10 +162,10 @@ fn findings(
 
 fn finding(nodes: &[Node<'_, '_>], path: &Path<'_>, c: &mut Collector) -> Option<ScanFinding> {
     let severity = scalar(nodes, "SEVERITY", path, c, |v| {
-        one_of("SEVERITY", v, &Severity::ALL)
+        one_of::<Severity>("SEVERITY", v)
     });
     let category = scalar(nodes, "CATEGORY", path, c, |v| {
-        one_of("CATEGORY", v, &ScanCategory::ALL)
+        one_of::<ScanCategory>("CATEGORY", v)
     });
     let location = location(nodes, path, c);
     let title = required_text(nodes, "TITLE", path, c);

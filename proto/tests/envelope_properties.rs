@@ -53,7 +53,7 @@ fn location() -> impl Strategy<Value = (Option<String>, Option<u32>, Option<u32>
 }
 
 fn severity() -> impl Strategy<Value = Severity> {
-    prop::sample::select(Severity::ALL.map(|(_, s)| s).to_vec())
+    prop::sample::select(Severity::ALL.to_vec())
 }
 
 fn finding() -> impl Strategy<Value = Finding> {
@@ -80,7 +80,7 @@ fn finding() -> impl Strategy<Value = Finding> {
 fn review() -> impl Strategy<Value = Review> {
     (
         1u8..=10,
-        prop::sample::select(Decision::ALL.map(|(_, d)| d).to_vec()),
+        prop::sample::select(Decision::ALL.to_vec()),
         text(),
         text(),
         prop::collection::vec(finding(), 0..5),
@@ -117,7 +117,7 @@ fn issue_analysis() -> impl Strategy<Value = IssueAnalysis> {
     (
         (
             single_line(),
-            prop::sample::select(Priority::ALL.map(|(_, p)| p).to_vec()),
+            prop::sample::select(Priority::ALL.to_vec()),
             text(),
             text(),
         ),
@@ -169,7 +169,7 @@ fn issue_analysis() -> impl Strategy<Value = IssueAnalysis> {
 fn scan_report() -> impl Strategy<Value = ScanReport> {
     let finding = (
         severity(),
-        prop::sample::select(ScanCategory::ALL.map(|(_, c)| c).to_vec()),
+        prop::sample::select(ScanCategory::ALL.to_vec()),
         location(),
         text(),
         text(),

@@ -9,8 +9,6 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::{Error as _, Unexpected};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::strict::string_enum;
-
 /// Text that is not empty after trimming: reasons, titles, paths, comment bodies. A blank string
 /// carries nothing the pipeline can use, so it is rejected instead of stored. Schema:
 /// `{"type": "string", "pattern": "\\S"}`. Inner whitespace and indentation are kept (a suggestion
@@ -142,24 +140,7 @@ impl JsonSchema for Confidence {
     }
 }
 
-// The same four levels as the review envelope (P1), so multi-stage and single-pass reviews
-// assemble into one result model. The doc line below is the schema description models read.
-/// How serious a finding is: critical (must be fixed before merging: security hole, data loss, crash), major (a real bug or serious risk), minor (a small defect or edge case), suggestion (an improvement, not a defect).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    Critical,
-    Major,
-    Minor,
-    Suggestion,
-}
-
-string_enum!(Severity {
-    Critical => "critical",
-    Major => "major",
-    Minor => "minor",
-    Suggestion => "suggestion",
-});
+pub use crate::severity::Severity;
 
 #[cfg(test)]
 mod tests {

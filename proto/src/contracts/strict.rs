@@ -74,56 +74,6 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
     }
 }
 
-/// Implements `Deserialize` (from a JSON string only) and `Serialize` for a unit-only enum, plus
-/// `ALL` and `as_str`. The `JsonSchema` derive must use the same names; a test checks it.
-macro_rules! string_enum {
-    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            /// Every value, in the order the schema lists them.
-            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
-
-            /// The exact wire spelling.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($ty::$variant => $name),+
-                }
-            }
-        }
-
-        impl ::std::fmt::Display for $ty {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl ::serde::Serialize for $ty {
-            fn serialize<S: ::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.as_str())
-            }
-        }
-
-        impl<'de> ::serde::Deserialize<'de> for $ty {
-            fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                struct Names;
-                impl<'de> ::serde::de::Visitor<'de> for Names {
-                    type Value = $ty;
-                    fn expecting(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                        f.write_str(stringify!($ty))
-                    }
-                    fn visit_str<E: ::serde::de::Error>(self, v: &str) -> Result<$ty, E> {
-                        match v {
-                            $($name => Ok($ty::$variant),)+
-                            _ => Err(E::unknown_variant(v, &[$($name),+])),
-                        }
-                    }
-                }
-                d.deserialize_str(Names)
-            }
-        }
-    };
-}
-pub(crate) use string_enum;
-
 /// Schema-only stand-in for an `Option<T>` field that must be present (`null` when there is no
 /// value): `#[schemars(with = "NullOr<T>")]` plus `#[serde(deserialize_with = "Option::deserialize")]`.
 /// schemars would otherwise leave an `Option` field out of `required`, and serde would accept it
@@ -173,24 +123,5 @@ mod tests {
         assert!(from_str::<Pair>(r#"{"a": true, "items": []} x"#).is_err());
         let v: Value = serde_json::json!({"a": false, "items": []});
         assert!(from_value::<Pair>(v).is_ok());
-    }
-
-    #[derive(Debug, Clone, Copy, PartialEq)]
-    enum Level {
-        Low,
-        High,
-    }
-    string_enum!(Level { Low => "low", High => "high" });
-
-    #[test]
-    fn enums_only_from_strings() {
-        assert_eq!(
-            serde_json::from_str::<Level>("\"high\"").unwrap(),
-            Level::High
-        );
-        assert!(serde_json::from_str::<Level>(r#"{"high": null}"#).is_err());
-        assert!(serde_json::from_str::<Level>("\"High\"").is_err());
-        assert_eq!(serde_json::to_string(&Level::Low).unwrap(), "\"low\"");
-        assert_eq!(Level::ALL, [Level::Low, Level::High]);
     }
 }

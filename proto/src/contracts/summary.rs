@@ -15,9 +15,10 @@ use crate::{DiagnosticCode, Diagnostics, Language, ProtocolId};
 
 use super::extract::preview;
 use super::path::JsonPath;
-use super::strict::{objects, string_enum};
+use super::strict::objects;
 use super::violation::Violation;
 use super::{JsonContract, Text, duplicates, generate_schema};
+use crate::names::string_enum;
 
 /// An overview of a pull request for its reviewers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

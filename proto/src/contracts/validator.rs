@@ -16,9 +16,10 @@ use crate::{DiagnosticCode, Diagnostics, Language, ProtocolId};
 
 use super::extract::preview;
 use super::path::JsonPath;
-use super::strict::{NullOr, objects, string_enum};
+use super::strict::{NullOr, objects};
 use super::violation::Violation;
 use super::{JsonContract, Severity, Text, duplicates, generate_schema};
+use crate::names::string_enum;
 
 /// The validator's verdict on each candidate finding it was given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

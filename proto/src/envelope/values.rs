@@ -4,6 +4,7 @@
 use super::path::Path;
 use super::tree::{Node, Value};
 use crate::diagnostic::{Collector, Diagnostic, DiagnosticCode as Code};
+use crate::names::WireName;
 
 /// The first node of `tag` among `nodes` (duplicates are reported by the structure check).
 pub(crate) fn get<'n, 's, 'a>(nodes: &'n [Node<'s, 'a>], tag: &str) -> Option<&'n Node<'s, 'a>> {
@@ -185,14 +186,14 @@ fn parse_digits(v: &str) -> Option<u64> {
 }
 
 /// One of the listed lowercase values.
-pub(crate) fn one_of<T: Copy>(tag: &str, v: &str, values: &[(&str, T)]) -> Result<T, String> {
-    values
+pub(crate) fn one_of<T: WireName>(tag: &str, v: &str) -> Result<T, String> {
+    T::ALL
         .iter()
-        .find(|(name, _)| *name == v)
-        .map(|(_, t)| *t)
+        .find(|t| t.as_str() == v)
+        .copied()
         .ok_or_else(|| {
-            let names: Vec<&str> = values.iter().map(|(n, _)| *n).collect();
-            let hint = if values.iter().any(|(n, _)| n.eq_ignore_ascii_case(v)) {
+            let names: Vec<&str> = T::ALL.iter().map(|t| t.as_str()).collect();
+            let hint = if names.iter().any(|n| n.eq_ignore_ascii_case(v)) {
                 " (values are lowercase)"
             } else {
                 ""
