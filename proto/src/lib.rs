@@ -29,6 +29,7 @@ mod envelope;
 pub mod evidence;
 pub mod issue_analysis;
 pub mod language;
+pub mod location;
 pub mod names;
 pub mod outcome;
 pub mod output_tag;

@@ -71,6 +71,7 @@ impl JsonContract for ReviewerReport {
 
     fn check(&self, out: &mut Vec<Violation>) {
         for (i, f) in self.findings.iter().enumerate() {
+            path_rule(i, f.file.as_deref(), out);
             location_rule(
                 i,
                 f.file.is_some(),
@@ -90,7 +91,10 @@ impl JsonContract for ReviewerReport {
             // reports the others, and guessing here would only repeat it.
             let has_file = match finding.get("file") {
                 Some(Value::Null) => false,
-                Some(Value::String(s)) if !s.trim().is_empty() => true,
+                Some(Value::String(s)) if !s.trim().is_empty() => {
+                    path_rule(i, Some(s), out);
+                    true
+                }
                 _ => continue,
             };
             let line = |key: &str| match finding.get(key) {
@@ -164,6 +168,17 @@ impl JsonContract for ReviewerReport {
                 "每个问题只报告一次；没有问题时 \"findings\" 为空数组。",
             ],
         }
+    }
+}
+
+/// Finding `i`'s file must lie inside the repository (as the envelopes' FILE).
+fn path_rule(i: usize, file: Option<&str>, out: &mut Vec<Violation>) {
+    if let Some(problem) = file.and_then(crate::location::repository_path_problem) {
+        out.push(Violation::at_value(
+            DiagnosticCode::ConstraintViolation,
+            JsonPath::root().key("findings").index(i).key("file"),
+            format!("\"file\" must be {problem}"),
+        ));
     }
 }
 

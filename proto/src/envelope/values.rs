@@ -214,17 +214,8 @@ pub(crate) fn file_or_none(v: &str) -> Result<Option<String>, String> {
     if v.is_empty() {
         return Err("FILE must be a repository-relative path or NONE, found nothing".into());
     }
-    if v.starts_with('/') || v.starts_with('\\') || v.as_bytes().get(1) == Some(&b':') {
-        return Err(format!(
-            "FILE must be a repository-relative path such as src/lib.rs, found the absolute path \"{}\"",
-            super::preview(v)
-        ));
-    }
-    if v.split(['/', '\\']).any(|seg| seg == "..") {
-        return Err(format!(
-            "FILE must be a path inside the repository, found \"{}\" with a .. segment",
-            super::preview(v)
-        ));
+    if let Some(problem) = crate::location::repository_path_problem(v) {
+        return Err(format!("FILE must be {problem}"));
     }
     Ok(Some(v.to_owned()))
 }

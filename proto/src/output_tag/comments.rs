@@ -25,10 +25,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::contracts::path::JsonPath;
 use crate::contracts::strict::objects;
 use crate::contracts::tolerance::{Alias, AliasKind, Tolerance};
+use crate::contracts::violation::Violation;
 use crate::contracts::{JsonContract, Text, generate_schema};
-use crate::{Diagnostics, Language, ProtocolId};
+use crate::{DiagnosticCode, Diagnostics, Language, ProtocolId};
 
 /// What to post on the pull request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -135,6 +137,21 @@ fn first_line(range: &Value) -> Result<Value, String> {
 
 impl JsonContract for Comments {
     const PROTOCOL: ProtocolId = ProtocolId::Comments;
+
+    fn check(&self, out: &mut Vec<Violation>) {
+        for (i, c) in self.new_inline_comments.iter().enumerate() {
+            if let Some(problem) = crate::location::repository_path_problem(&c.path) {
+                out.push(Violation::at_value(
+                    DiagnosticCode::ConstraintViolation,
+                    JsonPath::root()
+                        .key("newInlineComments")
+                        .index(i)
+                        .key("path"),
+                    format!("\"path\" must be {problem}"),
+                ));
+            }
+        }
+    }
 
     fn schema() -> &'static Value {
         static SCHEMA: OnceLock<Value> = OnceLock::new();
