@@ -10,7 +10,11 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use std::num::NonZeroU32;
+
 use criterion::{Criterion, Throughput};
+use verdict_proto::contracts::reviewer::{self, ReviewerReport};
+use verdict_proto::contracts::{Confidence, Text};
 use verdict_proto::review::{self, Decision, Finding, Review, Severity};
 
 /// A realistic review with `n` findings: code suggestions, multi-line descriptions.
@@ -44,22 +48,58 @@ fn review_with(n: usize) -> Review {
     }
 }
 
+/// The same findings as a reviewer stage's JSON contract (P4) would carry them.
+fn reviewer_report(r: &Review) -> ReviewerReport {
+    let text = |s: &str| Text::new(s).unwrap();
+    ReviewerReport {
+        findings: r
+            .findings
+            .iter()
+            .map(|f| reviewer::Finding {
+                severity: f.severity,
+                file: f.file.as_deref().map(text),
+                start_line: f.start_line.and_then(NonZeroU32::new),
+                end_line: f.end_line.and_then(NonZeroU32::new),
+                title: text(&f.title),
+                description: text(&f.description),
+                suggestion: f.suggestion.as_deref().map(text),
+                confidence: Confidence::new(0.75).unwrap(),
+            })
+            .collect(),
+        files_reviewed: vec![text("src/module_1/file_1.rs")],
+    }
+}
+
 struct Docs {
     envelope: String,
+    /// The review as JSON: the serde_json reference for the envelope.
     json: String,
+    /// A reviewer stage's response (P4), pretty-printed as models write it.
+    contract: String,
 }
 
 fn docs() -> Docs {
     let r = review_with(4000);
     let envelope = r.to_envelope();
     let json = serde_json::to_string(&r).unwrap();
+    let contract = serde_json::to_string_pretty(&reviewer_report(&r)).unwrap();
     assert!(
         envelope.len() >= 1 << 20,
-        "envelope is {} bytes",
+        "envelope: {} bytes",
         envelope.len()
     );
+    assert!(
+        contract.len() >= 1 << 20,
+        "contract: {} bytes",
+        contract.len()
+    );
     assert!(review::parse(&envelope).is_ok());
-    Docs { envelope, json }
+    assert!(reviewer::parse(&contract).is_ok());
+    Docs {
+        envelope,
+        json,
+        contract,
+    }
 }
 
 fn bench(c: &mut Criterion, d: &Docs) {
@@ -75,6 +115,17 @@ fn bench(c: &mut Criterion, d: &Docs) {
     });
     g.bench_function("serde_json to typed Review", |b| {
         b.iter(|| serde_json::from_str::<Review>(black_box(&d.json)).unwrap())
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("reviewer-contract-vs-serde_json");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes(d.contract.len() as u64));
+    g.bench_function("verdict reviewer contract parser", |b| {
+        b.iter(|| reviewer::parse(black_box(&d.contract)).unwrap())
+    });
+    g.bench_function("serde_json to Value", |b| {
+        b.iter(|| serde_json::from_str::<serde_json::Value>(black_box(&d.contract)).unwrap())
     });
     g.finish();
 }
@@ -134,6 +185,21 @@ fn print_ratios(d: &Docs) {
         },
     );
     println!("  envelope parser vs serde_json→Review: {r:.2}×  ({a:.0} MB/s vs {b:.0} MB/s)");
+    let (r, a, b) = ratio(
+        31,
+        || {
+            black_box(reviewer::parse(black_box(&d.contract)).unwrap());
+            d.contract.len()
+        },
+        || {
+            black_box(serde_json::from_str::<serde_json::Value>(black_box(&d.contract)).unwrap());
+            d.contract.len()
+        },
+    );
+    println!(
+        "  reviewer contract parser vs serde_json→Value (same {} bytes): {r:.2}×  ({a:.0} MB/s vs {b:.0} MB/s)",
+        d.contract.len()
+    );
 }
 
 fn main() {

@@ -4,13 +4,16 @@
 /// Why `path` is not a repository-relative path inside the repository, or `None` when it is.
 /// The reason completes a sentence such as "FILE must be …" / "\"file\" must be …".
 pub fn repository_path_problem(path: &str) -> Option<String> {
-    let shown = crate::redact::safe_preview(path, 80);
+    // The preview is built only on the error path: this runs for every finding.
+    let shown = || crate::redact::safe_preview(path, 80);
     if path.starts_with('/') || path.starts_with('\\') || path.as_bytes().get(1) == Some(&b':') {
+        let shown = shown();
         return Some(format!(
             "a repository-relative path such as src/lib.rs, found the absolute path \"{shown}\""
         ));
     }
     if path.split(['/', '\\']).any(|segment| segment == "..") {
+        let shown = shown();
         return Some(format!(
             "a path inside the repository, found \"{shown}\" with a .. segment"
         ));
