@@ -1,4 +1,20 @@
-//! verdict's stateless stage executor: turns one stage request into exactly one classified outcome.
+//! verdict's stateless stage executor: turns one stage request into exactly one classified
+//! outcome (SPEC E1–E7), against real providers, with no knowledge of queues.
 //!
-//! Empty until the stage-executor issue lands; the crate exists now so the workspace has its final
-//! shape and the dependency direction (worker → proto, never proto → worker) is fixed from the start.
+//! # Layout (in the order a stage flows through it)
+//! - [`provider`]: the one small trait every LLM backend implements, the chat types, and the
+//!   OpenAI-compatible, Anthropic and `exec` clients.
+//! - [`repo`]: repository snapshots at a commit, cached and size-bounded.
+//! - [`tools`]: the read-only tools (`read`, `grep`, `find`, `ls`) confined to a snapshot.
+//!
+//! The AMQP consumer (a later layer) and `verdict dev` both drive the same executor.
+
+pub mod provider;
+pub mod repo;
+pub mod tools;
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed, sendable future: what the backend traits return so they stay object-safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -1,0 +1,1 @@
+//! Test and benchmark kit: a fake LLM provider server (filled in by the providers work).
