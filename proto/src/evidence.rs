@@ -29,6 +29,19 @@ impl Boundary {
         }
     }
 
+    /// A token made from caller-supplied random bytes (proto has no randomness of its own):
+    /// each byte picks one of 62 letters and digits. Infallible, 24 characters.
+    pub fn from_random_bytes(bytes: &[u8; 24]) -> Boundary {
+        const ALPHABET: &[u8; 62] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        Boundary(
+            bytes
+                .iter()
+                .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+                .collect(),
+        )
+    }
+
     pub fn token(&self) -> &str {
         &self.0
     }
@@ -88,6 +101,12 @@ mod tests {
 
     fn b() -> Boundary {
         Boundary::new("a1B2c3D4e5F6g7H8").unwrap()
+    }
+
+    #[test]
+    fn tokens_from_random_bytes_are_valid() {
+        let b = Boundary::from_random_bytes(&[255; 24]);
+        assert_eq!(Boundary::new(b.token()), Ok(b));
     }
 
     #[test]

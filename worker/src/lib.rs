@@ -6,12 +6,28 @@
 //!   OpenAI-compatible, Anthropic and `exec` clients.
 //! - [`repo`]: repository snapshots at a commit, cached and size-bounded.
 //! - [`tools`]: the read-only tools (`read`, `grep`, `find`, `ls`) confined to a snapshot.
+//! - [`inputs`]: stage inputs, inline or content-addressed.
+//! - [`prompt`]: prompt assembly with the trust boundary (P7).
+//! - [`executor`]: one stage request → one classified outcome; [`deadline`] (E2), [`retry`]
+//!   (E5), [`journal`] (E7) are its parts.
+//! - [`transcript`], [`events`], [`metrics`]: what an attempt leaves behind for operators.
+//! - [`clock`]: wall time, virtualisable in tests.
 //!
 //! The AMQP consumer (a later layer) and `verdict dev` both drive the same executor.
 
+pub mod clock;
+pub mod deadline;
+pub mod events;
+pub mod executor;
+pub mod inputs;
+pub mod journal;
+pub mod metrics;
+pub mod prompt;
 pub mod provider;
 pub mod repo;
+pub mod retry;
 pub mod tools;
+pub mod transcript;
 
 use std::future::Future;
 use std::pin::Pin;

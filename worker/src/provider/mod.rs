@@ -318,3 +318,4 @@ pub struct ProviderSettings {
 pub mod anthropic;
 pub mod exec;
 pub mod openai;
+pub mod scripted;

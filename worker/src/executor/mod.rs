@@ -1,0 +1,357 @@
+//! The stage executor: one stage request in, exactly one classified outcome out (SPEC E1–E7).
+//!
+//! `execute` resolves the provider, inputs and repository snapshot, assembles the prompt, runs the
+//! conversation (tool loop under the soft deadline), holds the answer to the stage's protocol,
+//! repairs it within the budget, and classifies what happened. Queues are not its business: the
+//! AMQP consumer and `verdict dev` both call it the same way.
+//!
+//! - [`attempt`]: the state of one attempt and its AI calls (journal, retries, metrics, transcript).
+//! - [`turns`]: the conversation and tool loop under the soft deadline (E1, E2).
+//! - [`repair`]: the repair rounds and the consistency check (E3).
+
+mod attempt;
+mod repair;
+mod turns;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use verdict_proto::outcome::{FailureKind, StageOutcome};
+use verdict_proto::wire::{StageKind, StageRequest, StageResult, Usage, WIRE_VERSION};
+
+use crate::clock::Clock;
+use crate::events::EventSink;
+use crate::inputs::{self, InputStore};
+use crate::journal::ResponseJournal;
+use crate::metrics::WorkerMetrics;
+use crate::prompt;
+use crate::provider::{Provider, ProviderKind};
+use crate::repo::RepositorySource;
+use crate::retry::RetryPolicy;
+use crate::tools::{ToolBox, ToolLimits};
+use crate::transcript::{Transcript, TranscriptStore};
+
+use attempt::{Attempt, Failure};
+
+/// The configured providers by name, and the one used when a stage names none.
+#[derive(Clone, Default)]
+pub struct ProviderRegistry {
+    providers: HashMap<String, Arc<dyn Provider>>,
+    default: Option<String>,
+}
+
+impl fmt::Debug for ProviderRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&String> = self.providers.keys().collect();
+        names.sort();
+        f.debug_struct("ProviderRegistry")
+            .field("providers", &names)
+            .field("default", &self.default)
+            .finish()
+    }
+}
+
+impl ProviderRegistry {
+    pub fn new() -> ProviderRegistry {
+        ProviderRegistry::default()
+    }
+
+    /// Adds a provider under its own name; the first one added is the default until
+    /// [`ProviderRegistry::set_default`] says otherwise.
+    pub fn insert(&mut self, provider: Arc<dyn Provider>) {
+        let name = provider.name().to_owned();
+        if self.default.is_none() {
+            self.default = Some(name.clone());
+        }
+        self.providers.insert(name, provider);
+    }
+
+    pub fn set_default(&mut self, name: &str) {
+        self.default = Some(name.to_owned());
+    }
+
+    /// The named provider, or the default for `None`.
+    pub fn get(&self, name: Option<&str>) -> Option<Arc<dyn Provider>> {
+        let name = name.or(self.default.as_deref())?;
+        self.providers.get(name).cloned()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.providers.keys().cloned().collect();
+        v.sort();
+        v
+    }
+}
+
+/// The backends an executor talks to.
+#[derive(Debug, Clone)]
+pub struct ExecutorDeps {
+    pub providers: ProviderRegistry,
+    pub repositories: Arc<dyn RepositorySource>,
+    pub inputs: Arc<dyn InputStore>,
+    pub journal: Arc<dyn ResponseJournal>,
+    pub transcripts: Arc<dyn TranscriptStore>,
+    pub events: Arc<dyn EventSink>,
+    pub metrics: WorkerMetrics,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// How stages are executed.
+#[derive(Debug, Clone)]
+pub struct ExecutorSettings {
+    pub retry: RetryPolicy,
+    pub tool_limits: ToolLimits,
+    /// Models tried, in order, after the primary model's retry budget is spent (per stage).
+    pub fallback_models: HashMap<StageKind, Vec<String>>,
+    /// Characters of the last response kept in an `invalid_output` preview.
+    pub preview_chars: usize,
+}
+
+impl Default for ExecutorSettings {
+    fn default() -> Self {
+        ExecutorSettings {
+            retry: RetryPolicy::default(),
+            tool_limits: ToolLimits::default(),
+            fallback_models: HashMap::new(),
+            preview_chars: 500,
+        }
+    }
+}
+
+/// What one execution produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Execution {
+    pub result: StageResult,
+    /// Set when the attempt ended on a retryable failure whose wait is too long to spend in
+    /// place: the caller should requeue the stage after this delay (SPEC E5).
+    pub requeue_after: Option<Duration>,
+}
+
+/// Executes stage requests.
+#[derive(Debug, Clone)]
+pub struct StageExecutor {
+    deps: ExecutorDeps,
+    settings: ExecutorSettings,
+}
+
+impl StageExecutor {
+    pub fn new(deps: ExecutorDeps, settings: ExecutorSettings) -> StageExecutor {
+        StageExecutor { deps, settings }
+    }
+
+    pub fn deps(&self) -> &ExecutorDeps {
+        &self.deps
+    }
+
+    /// Runs one attempt of `request` to its classified outcome. Never panics and never returns
+    /// an error: every failure is an outcome. `cancel` aborts in-flight calls promptly.
+    pub async fn execute(&self, request: &StageRequest, cancel: &CancellationToken) -> Execution {
+        let span = tracing::info_span!(
+            "stage",
+            task_id = %request.task_id,
+            stage_id = %request.stage_id,
+            stage = request.stage.as_str(),
+            protocol = request.protocol.as_str(),
+            attempt = request.attempt,
+            outcome = tracing::field::Empty,
+        );
+        self.execute_in_span(request, cancel).instrument(span).await
+    }
+
+    async fn execute_in_span(
+        &self,
+        request: &StageRequest,
+        cancel: &CancellationToken,
+    ) -> Execution {
+        let metrics = &self.deps.metrics;
+        let stage = request.stage.as_str();
+        let started_unix_ms = self.deps.clock.now_unix_ms();
+        let timer = tokio::time::Instant::now();
+        metrics.stages_in_flight.inc();
+        let _in_flight = InFlight(metrics.stages_in_flight.clone());
+
+        let mut transcript = Transcript {
+            task_id: request.task_id.clone(),
+            stage_id: request.stage_id.clone(),
+            stage: request.stage,
+            attempt: request.attempt,
+            started_unix_ms,
+            finished_unix_ms: started_unix_ms,
+            tools_offered: Vec::new(),
+            entries: Vec::new(),
+            usage: Default::default(),
+            outcome: None,
+        };
+        let (outcome, requeue_after, usage) = self.run(request, cancel, &mut transcript).await;
+
+        let finished_unix_ms = self.deps.clock.now_unix_ms();
+        let label = outcome.label();
+        tracing::Span::current().record("outcome", label);
+        let kind = outcome.failure_kind().map_or("none", FailureKind::as_str);
+        metrics
+            .stage_duration
+            .with_label_values(&[stage, label])
+            .observe(timer.elapsed().as_secs_f64());
+        metrics
+            .stage_outcomes
+            .with_label_values(&[stage, label, kind])
+            .inc();
+        match &outcome {
+            StageOutcome::ExecutionFailure { kind, message, .. } => {
+                tracing::warn!(kind = kind.as_str(), %message, "stage failed to execute");
+            }
+            StageOutcome::InvalidOutput { error, .. } => {
+                tracing::warn!(%error, "stage output invalid after repairs");
+            }
+            StageOutcome::Ok { .. } => tracing::info!("stage completed"),
+        }
+
+        transcript.finished_unix_ms = finished_unix_ms;
+        transcript.usage = crate::provider::TokenUsage {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+        };
+        transcript.outcome = Some(outcome.clone());
+        if let Err(e) = self.deps.transcripts.put(transcript.redacted()).await {
+            tracing::warn!(error = %e, "transcript not stored");
+        }
+
+        Execution {
+            result: StageResult {
+                version: WIRE_VERSION,
+                task_id: request.task_id.clone(),
+                stage_id: request.stage_id.clone(),
+                stage: request.stage,
+                attempt: request.attempt,
+                outcome,
+                usage,
+                started_unix_ms,
+                finished_unix_ms,
+            },
+            requeue_after,
+        }
+    }
+
+    /// Everything between "request received" and "outcome known".
+    async fn run(
+        &self,
+        request: &StageRequest,
+        cancel: &CancellationToken,
+        transcript: &mut Transcript,
+    ) -> (StageOutcome, Option<Duration>, Usage) {
+        let Some(provider) = self.deps.providers.get(request.provider.as_deref()) else {
+            let name = request.provider.as_deref().unwrap_or("(default)");
+            let message = format!(
+                "stage `{}` names provider `{name}`, which is not configured (configured: {}); add [providers.{name}] or fix [stages.{}].provider",
+                request.stage.as_str(),
+                self.deps.providers.names().join(", "),
+                request.stage.as_str(),
+            );
+            return (
+                fail(FailureKind::BadRequest, false, message),
+                None,
+                Usage::default(),
+            );
+        };
+
+        let inputs = match inputs::resolve(self.deps.inputs.as_ref(), &request.inputs).await {
+            Ok(i) => i,
+            Err(e) => {
+                return (
+                    fail(FailureKind::Internal, e.is_retryable(), e.to_string()),
+                    None,
+                    Usage::default(),
+                );
+            }
+        };
+
+        let needs_snapshot = !request.tools.is_empty() || provider.kind() == ProviderKind::Exec;
+        let snapshot = match (&request.repository, needs_snapshot) {
+            (Some(repo), true) => match self.deps.repositories.snapshot(repo, cancel).await {
+                Ok(s) => Some(s),
+                Err(_) if cancel.is_cancelled() => {
+                    return (
+                        fail(
+                            FailureKind::Cancelled,
+                            false,
+                            "cancelled while preparing the repository snapshot".into(),
+                        ),
+                        None,
+                        Usage::default(),
+                    );
+                }
+                Err(e) => {
+                    return (
+                        fail(FailureKind::Internal, e.is_retryable(), e.to_string()),
+                        None,
+                        Usage::default(),
+                    );
+                }
+            },
+            _ => None,
+        };
+        let workdir = snapshot.as_ref().map(|s| s.root().to_path_buf());
+        let toolbox = match snapshot {
+            Some(s) if !request.tools.is_empty() => Some(ToolBox::new(
+                s,
+                &request.tools,
+                self.settings.tool_limits.clone(),
+            )),
+            _ => None,
+        };
+        if let Some(t) = &toolbox {
+            transcript.tools_offered = t.definitions();
+        }
+
+        let boundary = prompt::new_boundary();
+        let messages = prompt::initial_messages(request, &inputs, &boundary, toolbox.is_some());
+        let model = request
+            .model
+            .clone()
+            .unwrap_or_else(|| provider.default_model().to_owned());
+        let fallbacks = self
+            .settings
+            .fallback_models
+            .get(&request.stage)
+            .cloned()
+            .unwrap_or_default();
+
+        let mut attempt = Attempt::new(
+            self, request, cancel, provider, model, fallbacks, workdir, toolbox, messages,
+            boundary, transcript,
+        );
+        let (outcome, requeue_after) = match attempt.run().await {
+            Ok(outcome) => (outcome, None),
+            Err(Failure {
+                error,
+                requeue_after,
+            }) => (
+                fail(error.kind, requeue_after.is_some(), error.message),
+                requeue_after,
+            ),
+        };
+        let usage = attempt.usage();
+        (outcome, requeue_after, usage)
+    }
+}
+
+fn fail(kind: FailureKind, retryable: bool, message: String) -> StageOutcome {
+    StageOutcome::ExecutionFailure {
+        kind,
+        retryable,
+        message: verdict_proto::redact::redact(&message),
+    }
+}
+
+/// Decrements the in-flight gauge however the attempt ends.
+struct InFlight(prometheus::IntGauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
