@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
-use verdict_proto::wire::RepositoryRef;
+use verdict_proto::wire::{RepositoryRef, Tool};
 use verdict_worker::repo::{
     GitRepositorySource, GitSourceConfig, RepoError, RepositorySource, Snapshot,
 };
+use verdict_worker::tools::{ToolBox, ToolLimits, ToolOutput};
 
 /// A throwaway git repository, isolated from the developer's git configuration.
 struct Fixture {
@@ -422,4 +423,294 @@ async fn a_restarted_source_finds_the_snapshots_already_there() {
     assert_eq!(tight.stats().snapshots, 1);
     assert!(!first_roots.0.exists());
     assert!(first_roots.1.is_dir());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tools over a snapshot
+
+const SECRET: &str = "TOP SECRET OUTSIDE";
+
+/// A snapshot of a repository with inside and outside symlinks, big files and a big directory;
+/// files named `outside.txt` holding [`SECRET`] sit where the escaping symlinks point.
+struct ToolFixture {
+    fx: Fixture,
+    _source: GitRepositorySource,
+    tools: ToolBox,
+}
+
+impl ToolFixture {
+    async fn new(allowed: &[Tool]) -> ToolFixture {
+        let lib = "pub fn parse() {}\n// TODO: tests\npub fn render() {}\n".to_owned();
+        let big: String = (1..=3000).map(|i| format!("needle {i}\n")).collect();
+        let many: Vec<(String, String)> = (0..1200)
+            .map(|i| (format!("many/f{i:04}.txt"), "x\n".to_owned()))
+            .collect();
+        let mut tree: Vec<(&str, &str)> = vec![
+            ("src/lib.rs", lib.as_str()),
+            ("docs/guide.md", "# Guide\nTODO: write\n"),
+            ("big.txt", big.as_str()),
+            ("link_in", "->src/lib.rs"),
+            ("src/link_dir_in", "->../docs"),
+            ("link_abs", "->/etc/passwd"),
+            ("link_up", "->../../outside.txt"),
+            ("src/link_up_deep", "->../../../../outside.txt"),
+            ("link_dir_out", "->../../.."),
+        ];
+        tree.extend(many.iter().map(|(p, c)| (p.as_str(), c.as_str())));
+        let fx = Fixture::new(&[&tree]);
+        let source = fx.source(u64::MAX);
+        let snap = snapshot(&source, &fx.local(), "main").await.unwrap();
+        // Make every escape target exist, so a leak would show.
+        let root = snap.root().to_path_buf();
+        std::fs::write(root.join("../../outside.txt"), SECRET).unwrap();
+        std::fs::write(root.join("../../../outside.txt"), SECRET).unwrap();
+        std::fs::write(fx.dir.path().join("outside.txt"), SECRET).unwrap();
+        let tools = ToolBox::new(snap, allowed, ToolLimits::default());
+        ToolFixture {
+            fx,
+            _source: source,
+            tools,
+        }
+    }
+
+    async fn call(&self, name: &str, arguments: serde_json::Value) -> ToolOutput {
+        let output = self.tools.call(name, &arguments.to_string()).await;
+        assert!(
+            !output.content.contains(SECRET),
+            "{name} {arguments}: leaked"
+        );
+        let root = self.tools.snapshot().root().display().to_string();
+        assert!(
+            !output.content.contains(&root),
+            "{name} {arguments}: the snapshot path leaked"
+        );
+        assert!(
+            !output
+                .content
+                .contains(&self.fx.dir.path().display().to_string())
+        );
+        output
+    }
+}
+
+fn assert_refused(output: &ToolOutput, what: &str) {
+    assert!(output.is_error, "{what}: {}", output.content);
+}
+
+#[tokio::test]
+async fn the_tools_refuse_every_way_out_of_the_snapshot() {
+    let t = ToolFixture::new(&Tool::READ_ONLY).await;
+    let hostile = [
+        "../x",
+        "../../outside.txt",
+        "src/../../outside.txt",
+        "/etc/passwd",
+        "link_abs",
+        "link_up",
+        "src/link_up_deep",
+        "link_dir_out",
+        "link_dir_out/outside.txt",
+        "src/lib.rs\u{0}",
+    ];
+    for path in hostile {
+        let read = t.call("read", serde_json::json!({ "path": path })).await;
+        assert_refused(&read, &format!("read {path}"));
+        let ls = t.call("ls", serde_json::json!({ "path": path })).await;
+        assert_refused(&ls, &format!("ls {path}"));
+        let find = t
+            .call("find", serde_json::json!({ "glob": "*", "path": path }))
+            .await;
+        assert_refused(&find, &format!("find {path}"));
+        let grep = t
+            .call("grep", serde_json::json!({ "pattern": ".", "path": path }))
+            .await;
+        assert_refused(&grep, &format!("grep {path}"));
+    }
+
+    // Outside-and-existing reads exactly like missing.
+    let outside = t
+        .call("read", serde_json::json!({ "path": "link_up" }))
+        .await;
+    let missing = t.call("read", serde_json::json!({ "path": "nope" })).await;
+    assert_eq!(
+        outside.content.replace("link_up", "P"),
+        missing.content.replace("nope", "P")
+    );
+    let absolute = t
+        .call("read", serde_json::json!({ "path": "/etc/passwd" }))
+        .await;
+    assert!(
+        absolute.content.contains("absolute path"),
+        "{}",
+        absolute.content
+    );
+    let dotdot = t.call("read", serde_json::json!({ "path": "../x" })).await;
+    assert!(dotdot.content.contains("`..`"), "{}", dotdot.content);
+
+    // Walks list links as names and never enter or read through them.
+    let everything = t
+        .call("grep", serde_json::json!({ "pattern": "SECRET|root:" }))
+        .await;
+    assert!(
+        everything.content.starts_with("no matches"),
+        "{}",
+        everything.content
+    );
+    let links = t
+        .call("find", serde_json::json!({ "glob": "*link*" }))
+        .await;
+    assert_eq!(
+        links.content,
+        "link_abs\nlink_dir_out\nlink_in\nlink_up\nsrc/link_dir_in\nsrc/link_up_deep"
+    );
+    let through = t
+        .call("find", serde_json::json!({ "glob": "**/outside.txt" }))
+        .await;
+    assert!(
+        through.content.starts_with("no paths match"),
+        "{}",
+        through.content
+    );
+}
+
+#[tokio::test]
+async fn the_tools_work_inside_the_snapshot() {
+    let t = ToolFixture::new(&Tool::READ_ONLY).await;
+    let read = t
+        .call("read", serde_json::json!({ "path": "src/lib.rs" }))
+        .await;
+    assert_eq!(
+        read.content,
+        "1\tpub fn parse() {}\n2\t// TODO: tests\n3\tpub fn render() {}"
+    );
+    let via_link = t
+        .call(
+            "read",
+            serde_json::json!({ "path": "link_in", "offset": 2, "limit": 1 }),
+        )
+        .await;
+    assert_eq!(
+        via_link.content,
+        "2\t// TODO: tests\n[lines 2-2 of 3 shown; call read with offset=3 to see more]"
+    );
+    let via_dir_link = t
+        .call(
+            "read",
+            serde_json::json!({ "path": "src/link_dir_in/guide.md" }),
+        )
+        .await;
+    assert_eq!(via_dir_link.content, "1\t# Guide\n2\tTODO: write");
+
+    let grep = t
+        .call(
+            "grep",
+            serde_json::json!({ "pattern": "todo", "case_insensitive": true, "glob": "*.{rs,md}" }),
+        )
+        .await;
+    assert_eq!(
+        grep.content,
+        "docs/guide.md:2:TODO: write\nsrc/lib.rs:2:// TODO: tests"
+    );
+    let grep_dir = t
+        .call(
+            "grep",
+            serde_json::json!({ "pattern": "^pub fn \\w+", "path": "src" }),
+        )
+        .await;
+    assert_eq!(
+        grep_dir.content,
+        "src/lib.rs:1:pub fn parse() {}\nsrc/lib.rs:3:pub fn render() {}"
+    );
+
+    let find = t.call("find", serde_json::json!({ "glob": "*.md" })).await;
+    assert_eq!(find.content, "docs/guide.md");
+    let find_src = t
+        .call("find", serde_json::json!({ "glob": "**", "path": "src" }))
+        .await;
+    assert_eq!(
+        find_src.content,
+        "src/lib.rs\nsrc/link_dir_in\nsrc/link_up_deep"
+    );
+
+    let ls = t.call("ls", serde_json::json!({})).await;
+    assert_eq!(
+        ls.content,
+        "big.txt\ndocs/\nlink_abs@\nlink_dir_out@\nlink_in@\nlink_up@\nmany/\nsrc/"
+    );
+    let ls_src = t.call("ls", serde_json::json!({ "path": "src/" })).await;
+    assert_eq!(ls_src.content, "lib.rs\nlink_dir_in@\nlink_up_deep@");
+    let ls_via_link = t
+        .call("ls", serde_json::json!({ "path": "src/link_dir_in" }))
+        .await;
+    assert_eq!(ls_via_link.content, "guide.md");
+    for output in [read, grep, find, ls] {
+        assert!(!output.is_error && !output.truncated);
+    }
+}
+
+#[tokio::test]
+async fn every_tool_says_when_and_how_it_truncated() {
+    let t = ToolFixture::new(&Tool::READ_ONLY).await;
+    let read = t
+        .call("read", serde_json::json!({ "path": "big.txt" }))
+        .await;
+    assert!(read.truncated && !read.is_error);
+    assert_eq!(read.content.lines().count(), 2001);
+    assert!(
+        read.content.ends_with(
+            "[truncated: lines 1-2000 of 3000 shown (at most 2000 lines per call); call read with offset=2001 to continue]"
+        ),
+        "{}",
+        read.content.lines().last().unwrap()
+    );
+    let rest = t
+        .call(
+            "read",
+            serde_json::json!({ "path": "big.txt", "offset": 2001 }),
+        )
+        .await;
+    assert!(!rest.truncated);
+    assert!(rest.content.starts_with("2001\tneedle 2001\n"));
+    assert!(rest.content.ends_with("3000\tneedle 3000"));
+
+    let grep = t
+        .call("grep", serde_json::json!({ "pattern": "needle" }))
+        .await;
+    assert!(grep.truncated);
+    assert_eq!(grep.content.lines().count(), 201);
+    assert!(grep.content.starts_with("big.txt:1:needle 1\n"));
+    assert!(grep.content.ends_with(
+        "[truncated: 200 of 3000 matches shown (at most 200 per call); narrow the pattern, the glob or the path]"
+    ));
+
+    let find = t.call("find", serde_json::json!({ "glob": "*.txt" })).await;
+    assert!(find.truncated);
+    assert!(find.content.ends_with(
+        "[truncated: 1000 of 1201 paths shown (at most 1000 per call); narrow the glob or the path]"
+    ), "{}", find.content.lines().last().unwrap());
+
+    let ls = t.call("ls", serde_json::json!({ "path": "many" })).await;
+    assert!(ls.truncated);
+    assert_eq!(ls.content.lines().count(), 1001);
+    assert!(ls.content.ends_with(
+        "[truncated: 1000 of 1200 entries shown; use find with a glob to narrow the listing]"
+    ));
+    for output in [&read, &grep, &find, &ls] {
+        assert!(output.content.len() <= ToolLimits::default().max_output_bytes);
+    }
+}
+
+#[tokio::test]
+async fn the_allowlist_decides_what_exists() {
+    let t = ToolFixture::new(&[Tool::Read, Tool::Ls]).await;
+    let names: Vec<_> = t.tools.definitions().into_iter().map(|d| d.name).collect();
+    assert_eq!(names, ["read", "ls"]);
+    let grep = t.call("grep", serde_json::json!({ "pattern": "x" })).await;
+    assert!(grep.is_error);
+    assert!(
+        grep.content
+            .contains("not available in this stage; the available tools are: read, ls"),
+        "{}",
+        grep.content
+    );
 }
