@@ -22,7 +22,7 @@ use verdict_worker::journal::MemoryJournal;
 use verdict_worker::metrics::WorkerMetrics;
 use verdict_worker::provider::scripted::{ScriptedProvider, Step};
 use verdict_worker::provider::{Role, ToolChoice};
-use verdict_worker::repo::RepositorySource;
+use verdict_worker::repo::MemoryRepositorySource;
 use verdict_worker::retry::RetryPolicy;
 use verdict_worker::transcript::MemoryTranscriptStore;
 
@@ -37,26 +37,6 @@ struct Rig {
     journal: Arc<MemoryJournal>,
     registry: prometheus::Registry,
     clock: Arc<TokioClock>,
-}
-
-#[derive(Debug)]
-struct NoRepositories;
-
-impl RepositorySource for NoRepositories {
-    fn snapshot<'a>(
-        &'a self,
-        _repo: &'a verdict_proto::wire::RepositoryRef,
-        _cancel: &'a CancellationToken,
-    ) -> verdict_worker::BoxFuture<
-        'a,
-        Result<verdict_worker::repo::Snapshot, verdict_worker::repo::RepoError>,
-    > {
-        Box::pin(async {
-            Err(verdict_worker::repo::RepoError(
-                "no repositories in this test".into(),
-            ))
-        })
-    }
 }
 
 fn rig(steps: Vec<Step>, settings: ExecutorSettings) -> Rig {
@@ -80,7 +60,7 @@ fn rig_with(
     let clock = Arc::new(TokioClock::new());
     let deps = ExecutorDeps {
         providers,
-        repositories: Arc::new(NoRepositories),
+        repositories: Arc::new(MemoryRepositorySource::new()),
         inputs: Arc::new(MemoryInputStore::default()),
         journal: journal.clone(),
         transcripts: transcripts.clone(),
