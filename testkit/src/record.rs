@@ -9,7 +9,8 @@ use serde_json::Value;
 /// One request as received.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedRequest {
-    /// Arrival order across all models, from 0.
+    /// Arrival order across all models, from 0 (counting requests not kept, see
+    /// [`crate::FakeProvider::set_recording`]).
     pub seq: usize,
     /// `/v1/chat/completions` or `/v1/messages`.
     pub path: String,

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -47,8 +47,10 @@ pub struct FakeProvider {
 struct Shared {
     scripts: Mutex<HashMap<String, ModelScript>>,
     requests: Mutex<Vec<RecordedRequest>>,
-    /// How many requests have been recorded; `wait_for_requests` watches it.
+    /// How many requests have arrived; `wait_for_requests` watches it.
     received: watch::Sender<usize>,
+    /// Whether requests are kept (benchmarks turn it off to keep memory flat).
+    recording: AtomicBool,
     shutdown: watch::Receiver<bool>,
     next_id: AtomicU64,
 }
@@ -77,6 +79,7 @@ impl FakeProvider {
             scripts: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
             received: watch::Sender::new(0),
+            recording: AtomicBool::new(true),
             shutdown: shutdown_rx.clone(),
             next_id: AtomicU64::new(1),
         });
@@ -144,7 +147,19 @@ impl FakeProvider {
             .map_or(0, |m| m.script.remaining())
     }
 
-    /// Every request received so far, in arrival order, including rejected ones.
+    /// Keeps (the default) or stops keeping requests. Counting goes on either way, so
+    /// [`FakeProvider::wait_for_requests`] and [`FakeProvider::request_count`] still work;
+    /// benchmarks that send many large requests turn keeping off so the fake's memory stays flat.
+    pub fn set_recording(&self, keep: bool) {
+        self.shared.recording.store(keep, Ordering::Relaxed);
+    }
+
+    /// How many requests have arrived, kept or not.
+    pub fn request_count(&self) -> usize {
+        *self.shared.received.borrow()
+    }
+
+    /// Every request kept so far, in arrival order, including rejected ones.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.shared.requests).clone()
     }
@@ -158,8 +173,8 @@ impl FakeProvider {
             .collect()
     }
 
-    /// Waits until at least `n` requests have been received (without polling), then returns them
-    /// all; fails after `timeout` saying how many arrived.
+    /// Waits until at least `n` requests have arrived (without polling), then returns the kept
+    /// ones; fails after `timeout` saying how many arrived.
     pub async fn wait_for_requests(
         &self,
         n: usize,
@@ -280,13 +295,17 @@ async fn handle(
 }
 
 impl Shared {
+    /// Counts the request and keeps it when recording; `seq` is its place among all arrivals.
     fn record(&self, mut request: RecordedRequest) {
-        {
-            let mut requests = lock(&self.requests);
-            request.seq = requests.len();
+        // The count and the list change under one lock so `seq` matches arrival order.
+        let mut requests = lock(&self.requests);
+        self.received.send_modify(|n| {
+            request.seq = *n;
+            *n += 1;
+        });
+        if self.recording.load(Ordering::Relaxed) {
             requests.push(request);
         }
-        self.received.send_modify(|n| *n += 1);
     }
 
     /// Resolves when the server is shutting down.

@@ -381,3 +381,17 @@ async fn health_and_unknown_paths() {
     assert!(fake.requests().is_empty());
     assert!(!fake.base_url().ends_with('/'));
 }
+
+#[tokio::test]
+async fn recording_can_be_turned_off_while_counting_goes_on() {
+    let fake = FakeProvider::start().await;
+    fake.script("m", Script::always(Behaviour::text("x")));
+    post(&fake, "/v1/chat/completions", &openai_body("m")).await;
+    fake.set_recording(false);
+    post(&fake, "/v1/chat/completions", &openai_body("m")).await;
+    fake.set_recording(true);
+    post(&fake, "/v1/chat/completions", &openai_body("m")).await;
+    let kept = fake.wait_for_requests(3, DEADLINE).await.unwrap();
+    assert_eq!(fake.request_count(), 3);
+    assert_eq!(kept.iter().map(|r| r.seq).collect::<Vec<_>>(), [0, 2]);
+}

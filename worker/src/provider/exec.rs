@@ -10,7 +10,10 @@
 //! The child is killed when the call is dropped (`kill_on_drop`), and on timeout, cancellation
 //! or oversized output it is killed and reaped before the call returns, so no zombie remains.
 //! Only the direct child is killed: an agent that spawns its own subprocesses must stop them
-//! when it dies.
+//! when it dies. A call ends when the child has exited *and* its stdout and stderr are closed, so
+//! a background process that inherits them holds the call until the timeout. (Killing the whole
+//! process group needs a `kill(-pgid)`, which `unsafe_code = "forbid"` leaves to a safe wrapper
+//! crate such as `rustix`, not a dependency today.)
 //!
 //! stdout (at most [`MAX_STDOUT_BYTES`]; more is a failure, not a silent truncation) becomes
 //! [`ChatResponse::content`] verbatim (invalid UTF-8 replaced), with finish `stop`, no tool

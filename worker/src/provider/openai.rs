@@ -10,8 +10,10 @@
 //! - `tools` (`[{type: "function", function: {name, description, parameters}}]`) and
 //!   `tool_choice` (`"auto"` or `"none"`, from the request) **only when the tool list is not
 //!   empty**. With no tools neither field is sent, whatever the request's `tool_choice`: OpenAI
-//!   rejects `tool_choice` without `tools` and an empty `tools` array, and llama.cpp rejects tool
-//!   choices it cannot honour; no tools already means no tool calls;
+//!   rejects `tool_choice` without `tools` and an empty `tools` array, and llama.cpp started
+//!   without `--jinja` rejects any `tools` ("tools param requires --jinja flag") and any
+//!   `tool_choice` but `auto`; no tools already means no tool calls. (Tool-using stages on
+//!   llama.cpp therefore need `--jinja`.)
 //! - `temperature` and `max_tokens` when the request or, failing that, the settings give one
 //!   (`max_tokens`, not `max_completion_tokens`: the field every compatible server accepts);
 //! - `Authorization: Bearer <key>` when a key is configured. Nothing is streamed.
