@@ -325,3 +325,4 @@ pub mod http;
 pub mod openai;
 
 pub use build::{ProviderBuildError, build};
+pub use http::http_client;
