@@ -55,7 +55,7 @@ pub struct AnthropicProvider {
 }
 
 impl AnthropicProvider {
-    /// Checks the settings as [`super::build`] does for this kind and builds the HTTP client.
+    /// Checks the settings as [`super::build()`] does for this kind and builds the HTTP client.
     pub fn new(settings: ProviderSettings) -> Result<AnthropicProvider, ProviderBuildError> {
         let settings = ProviderSettings {
             kind: ProviderKind::Anthropic,

@@ -85,7 +85,7 @@ pub struct ExecProvider {
 }
 
 impl ExecProvider {
-    /// Checks the settings as [`super::build`] does for this kind.
+    /// Checks the settings as [`super::build()`] does for this kind.
     pub fn new(settings: ProviderSettings) -> Result<ExecProvider, ProviderBuildError> {
         let settings = ProviderSettings {
             kind: ProviderKind::Exec,

@@ -48,7 +48,7 @@ pub struct OpenAiProvider {
 }
 
 impl OpenAiProvider {
-    /// Checks the settings as [`super::build`] does for this kind and builds the HTTP client.
+    /// Checks the settings as [`super::build()`] does for this kind and builds the HTTP client.
     pub fn new(settings: ProviderSettings) -> Result<OpenAiProvider, ProviderBuildError> {
         let settings = ProviderSettings {
             kind: ProviderKind::Openai,
