@@ -1,1 +1,39 @@
-//! Test and benchmark kit: a fake LLM provider server (filled in by the providers work).
+//! Test and benchmark kit for verdict: a fake LLM provider server speaking the OpenAI
+//! chat-completions and Anthropic Messages wire formats, scripted per model, recording every
+//! request. Tests and benchmarks exercise the real provider clients over real HTTP with it.
+//!
+//! # Layout
+//! - [`script`]: what the fake answers — [`Behaviour`]s (text, fences, truncation, tool calls,
+//!   HTTP errors, malformed bodies, hangs, latency) in a per-model [`Script`].
+//! - [`server`]: [`FakeProvider`], the axum server on a loopback port.
+//! - [`record`]: [`RecordedRequest`], what the server received.
+//! - `wire`, `openai`, `anthropic`: the two formats — request checks as strict as the real APIs
+//!   on the fields verdict sends, response rendering and error bodies.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use std::time::Duration;
+//! use verdict_testkit::{Behaviour, FakeProvider, Script};
+//!
+//! let fake = FakeProvider::start().await;
+//! fake.script(
+//!     "model-a",
+//!     Script::new([Behaviour::status(429).retry_after("2"), Behaviour::text("hello")]),
+//! );
+//! // ... point a client at fake.base_url() ...
+//! let seen = fake.wait_for_requests(2, Duration::from_secs(5)).await.unwrap();
+//! assert_eq!(seen[0].model.as_deref(), Some("model-a"));
+//! # }
+//! ```
+
+mod anthropic;
+mod openai;
+pub mod record;
+pub mod script;
+pub mod server;
+mod wire;
+
+pub use record::{RecordedRequest, WaitTimeout};
+pub use script::{Behaviour, Finish, Latency, Reply, Script, ScriptedToolCall, ToolArguments};
+pub use server::FakeProvider;
+pub use wire::Wire;

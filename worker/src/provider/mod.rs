@@ -316,6 +316,14 @@ pub struct ProviderSettings {
 }
 
 pub mod anthropic;
+// Added by the providers work: the factory and the pieces both HTTP clients share (one
+// classification for SPEC E4, one transport), each in its own file rather than in this one.
+pub mod build;
+pub mod classify;
 pub mod exec;
+pub mod http;
 pub mod openai;
 pub mod scripted;
+
+pub use build::{ProviderBuildError, build};
+pub use http::http_client;

@@ -1,0 +1,426 @@
+//! The fake provider's HTTP server: a real axum server on a loopback port, so clients are tested
+//! through their real HTTP stack (connection handling, timeouts, headers), not through a mock.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use rand::Rng;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::record::{RecordedRequest, WaitTimeout};
+use crate::script::{Behaviour, Latency, Reply, Script};
+use crate::wire::{Rendered, Wire, estimate_tokens};
+
+/// Requests larger than this are refused (413), as a real API would; big enough for any prompt a
+/// test or benchmark sends.
+const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+
+/// How long [`FakeProvider::shutdown`] waits for open connections before aborting the server.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// A fake LLM provider on `127.0.0.1:<random port>`, speaking OpenAI chat completions and the
+/// Anthropic Messages API, answering each model's requests from its [`Script`] and recording
+/// every request.
+///
+/// Dropping it signals shutdown (hanging and delayed requests end at once); call
+/// [`FakeProvider::shutdown`] to also wait until the server has stopped.
+#[derive(Debug)]
+pub struct FakeProvider {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    server: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    scripts: Mutex<HashMap<String, ModelScript>>,
+    requests: Mutex<Vec<RecordedRequest>>,
+    /// How many requests have arrived; `wait_for_requests` watches it.
+    received: watch::Sender<usize>,
+    /// Whether requests are kept (benchmarks turn it off to keep memory flat).
+    recording: AtomicBool,
+    shutdown: watch::Receiver<bool>,
+    next_id: AtomicU64,
+}
+
+#[derive(Debug)]
+struct ModelScript {
+    script: Script,
+    served: usize,
+}
+
+impl FakeProvider {
+    /// Starts the server. Panics if no loopback port can be bound: it is test infrastructure,
+    /// and there is nothing a test could do instead. See [`FakeProvider::try_start`].
+    pub async fn start() -> FakeProvider {
+        match FakeProvider::try_start().await {
+            Ok(p) => p,
+            Err(e) => panic!("start the fake provider on 127.0.0.1: {e}"),
+        }
+    }
+
+    pub async fn try_start() -> std::io::Result<FakeProvider> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            scripts: Mutex::new(HashMap::new()),
+            requests: Mutex::new(Vec::new()),
+            received: watch::Sender::new(0),
+            recording: AtomicBool::new(true),
+            shutdown: shutdown_rx.clone(),
+            next_id: AtomicU64::new(1),
+        });
+        let app = Router::new()
+            .route("/health", get(|| async { "ok" }))
+            .route(
+                Wire::OpenAi.path(),
+                post(|s: State<Arc<Shared>>, h: HeaderMap, b: Bytes| {
+                    handle(Wire::OpenAi, s, h, b)
+                }),
+            )
+            .route(
+                Wire::Anthropic.path(),
+                post(|s: State<Arc<Shared>>, h: HeaderMap, b: Bytes| {
+                    handle(Wire::Anthropic, s, h, b)
+                }),
+            )
+            .fallback(|| async {
+                json_response(
+                    StatusCode::NOT_FOUND,
+                    &serde_json::json!({"error": {"message": "no such endpoint on the fake provider", "type": "invalid_request_error"}}),
+                )
+            })
+            .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+            .with_state(Arc::clone(&shared));
+        let mut signal = shutdown_rx;
+        let server = tokio::spawn(async move {
+            let stopped = async move {
+                // An error means the handle is gone: shut down as well.
+                let _ = signal.wait_for(|stop| *stop).await;
+            };
+            // Serving only fails on listener errors; a fake has no one to report them to but
+            // the test, which then sees connection errors.
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(stopped)
+                .await;
+        });
+        Ok(FakeProvider {
+            addr,
+            shared,
+            shutdown,
+            server: Some(server),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`: no trailing slash and no `/v1`, like a provider's base URL.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Sets (or replaces) the script for requests naming `model`. Models without a script get
+    /// a 404 in the wire format's error shape.
+    pub fn script(&self, model: impl Into<String>, script: Script) {
+        lock(&self.shared.scripts).insert(model.into(), ModelScript { script, served: 0 });
+    }
+
+    /// Scripted steps of `model` not consumed yet (0 for an unknown model).
+    pub fn remaining(&self, model: &str) -> usize {
+        lock(&self.shared.scripts)
+            .get(model)
+            .map_or(0, |m| m.script.remaining())
+    }
+
+    /// Keeps (the default) or stops keeping requests. Counting goes on either way, so
+    /// [`FakeProvider::wait_for_requests`] and [`FakeProvider::request_count`] still work;
+    /// benchmarks that send many large requests turn keeping off so the fake's memory stays flat.
+    pub fn set_recording(&self, keep: bool) {
+        self.shared.recording.store(keep, Ordering::Relaxed);
+    }
+
+    /// How many requests have arrived, kept or not.
+    pub fn request_count(&self) -> usize {
+        *self.shared.received.borrow()
+    }
+
+    /// Every request kept so far, in arrival order, including rejected ones.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// The requests naming `model`, in arrival order.
+    pub fn requests_for(&self, model: &str) -> Vec<RecordedRequest> {
+        lock(&self.shared.requests)
+            .iter()
+            .filter(|r| r.model.as_deref() == Some(model))
+            .cloned()
+            .collect()
+    }
+
+    /// Waits until at least `n` requests have arrived (without polling), then returns the kept
+    /// ones; fails after `timeout` saying how many arrived.
+    pub async fn wait_for_requests(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<RecordedRequest>, WaitTimeout> {
+        let mut received = self.shared.received.subscribe();
+        let reached = tokio::time::timeout(timeout, received.wait_for(|count| *count >= n)).await;
+        match reached {
+            Ok(Ok(_)) => Ok(self.requests()),
+            // The sender lives in `shared`, which `self` keeps alive: only the timeout is real.
+            Ok(Err(_)) | Err(_) => Err(WaitTimeout {
+                wanted: n,
+                received: *self.shared.received.borrow(),
+                timeout,
+            }),
+        }
+    }
+
+    /// Stops the server: pending hangs and delays end at once, open connections close, and this
+    /// returns when the server task is gone (aborting it after a grace period).
+    pub async fn shutdown(mut self) {
+        self.shutdown.send_replace(true);
+        if let Some(mut server) = self.server.take()
+            && tokio::time::timeout(SHUTDOWN_GRACE, &mut server)
+                .await
+                .is_err()
+        {
+            server.abort();
+        }
+    }
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        self.shutdown.send_replace(true);
+    }
+}
+
+/// Poisoning only means another test thread panicked mid-update; the data is still usable for
+/// assertions, and a fake must not turn one failure into many.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+async fn handle(
+    wire: Wire,
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let raw_body = String::from_utf8_lossy(&body).into_owned();
+    let parsed: Result<Value, _> = serde_json::from_slice(&body);
+    let model = parsed
+        .as_ref()
+        .ok()
+        .and_then(|b| b.get("model"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let rejection = match &parsed {
+        Err(e) => Some(format!("the request body is not valid JSON: {e}")),
+        Ok(b) => wire.validate(b).err(),
+    };
+    shared.record(RecordedRequest {
+        seq: 0,
+        path: wire.path().to_owned(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: parsed.unwrap_or(Value::Null),
+        raw_body: raw_body.clone(),
+        model: model.clone(),
+        rejection: rejection.clone(),
+    });
+    if let Some(reason) = rejection {
+        return json_response(StatusCode::BAD_REQUEST, &wire.error_body(400, &reason));
+    }
+    let Some(model) = model else {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &wire.error_body(400, "model: required"),
+        );
+    };
+    let next = {
+        let mut scripts = lock(&shared.scripts);
+        match scripts.get_mut(&model) {
+            None => None,
+            Some(m) => {
+                m.served += 1;
+                Some(m.script.next_behaviour().ok_or(m.served))
+            }
+        }
+    };
+    match next {
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &wire.error_body(
+                404,
+                &format!("The model `{model}` does not exist (no script for it on the fake provider)"),
+            ),
+        ),
+        Some(Err(served)) => json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &wire.error_body(
+                500,
+                &format!(
+                    "fake provider: the script for model `{model}` is exhausted (request {served} has no scripted behaviour)"
+                ),
+            ),
+        ),
+        Some(Ok(behaviour)) => shared.perform(wire, &model, &raw_body, behaviour).await,
+    }
+}
+
+impl Shared {
+    /// Counts the request and keeps it when recording; `seq` is its place among all arrivals.
+    fn record(&self, mut request: RecordedRequest) {
+        // The count and the list change under one lock so `seq` matches arrival order.
+        let mut requests = lock(&self.requests);
+        self.received.send_modify(|n| {
+            request.seq = *n;
+            *n += 1;
+        });
+        if self.recording.load(Ordering::Relaxed) {
+            requests.push(request);
+        }
+    }
+
+    /// Resolves when the server is shutting down.
+    async fn stopping(&self) {
+        let mut rx = self.shutdown.clone();
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+
+    async fn perform(
+        &self,
+        wire: Wire,
+        model: &str,
+        raw_body: &str,
+        behaviour: Behaviour,
+    ) -> Response {
+        let mut behaviour = behaviour;
+        // Latency wrappers nest; unwrap them iteratively so the future stays non-recursive.
+        loop {
+            match behaviour {
+                Behaviour::Delayed { latency, then } => {
+                    let wait = match latency {
+                        Latency::Fixed(d) => d,
+                        Latency::Between(min, max) => rand::rng().random_range(min..=max),
+                    };
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.stopping() => return shutting_down(wire),
+                    }
+                    behaviour = *then;
+                }
+                Behaviour::Hang => {
+                    self.stopping().await;
+                    return shutting_down(wire);
+                }
+                Behaviour::Status(s) => {
+                    let status =
+                        StatusCode::from_u16(s.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                    let mut response = match s.body {
+                        Some(body) => {
+                            let kind = if serde_json::from_str::<Value>(&body).is_ok() {
+                                "application/json"
+                            } else {
+                                "text/plain; charset=utf-8"
+                            };
+                            (status, [(header::CONTENT_TYPE, kind)], body).into_response()
+                        }
+                        None => {
+                            let message = format!(
+                                "fake provider: scripted {} {}",
+                                s.status,
+                                status.canonical_reason().unwrap_or("status")
+                            );
+                            json_response(status, &wire.error_body(s.status, &message))
+                        }
+                    };
+                    for (name, value) in s.headers {
+                        if let (Ok(n), Ok(v)) = (
+                            HeaderName::from_bytes(name.as_bytes()),
+                            HeaderValue::from_str(&value),
+                        ) {
+                            response.headers_mut().append(n, v);
+                        }
+                    }
+                    return response;
+                }
+                Behaviour::Malformed(body) => {
+                    return (
+                        StatusCode::OK,
+                        [(header::CONTENT_TYPE, "application/json")],
+                        body,
+                    )
+                        .into_response();
+                }
+                Behaviour::Reply(reply) => {
+                    return json_response(
+                        StatusCode::OK,
+                        &wire.render(&self.rendered(&reply, model, raw_body)),
+                    );
+                }
+            }
+        }
+    }
+
+    fn rendered<'a>(&self, reply: &'a Reply, model: &'a str, raw_body: &str) -> Rendered<'a> {
+        let (input_tokens, output_tokens) = reply.usage.unwrap_or_else(|| {
+            let out = reply.text.as_ref().map_or(0, String::len)
+                + reply
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + 16)
+                    .sum::<usize>();
+            (estimate_tokens(raw_body.len()), estimate_tokens(out))
+        });
+        Rendered {
+            reply,
+            model,
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            input_tokens,
+            output_tokens,
+        }
+    }
+}
+
+fn shutting_down(wire: Wire) -> Response {
+    json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &wire.error_body(503, "fake provider: shutting down"),
+    )
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
