@@ -1,0 +1,755 @@
+//! The stage executor end to end against real HTTP providers — the fake provider server in both
+//! wire formats (OpenAI chat completions and Anthropic Messages) — and the `exec` provider:
+//! every assertion is on the classified outcome *and* on the requests the server received.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use verdict_proto::outcome::{FailureKind, StageOutcome};
+use verdict_proto::repair::RepairMode;
+use verdict_proto::wire::{
+    EventType, InputContent, InputRef, Priority, RepairPolicy, RepositoryRef, StageKind,
+    StageRequest, Tool, WIRE_VERSION,
+};
+use verdict_proto::{Language, ValidateOptions};
+use verdict_testkit::{Behaviour, FakeProvider, RecordedRequest, Script};
+use verdict_worker::clock::{Clock, SystemClock};
+use verdict_worker::events::MemoryEventSink;
+use verdict_worker::executor::{
+    Execution, ExecutorDeps, ExecutorSettings, ProviderRegistry, StageExecutor,
+};
+use verdict_worker::inputs::MemoryInputStore;
+use verdict_worker::journal::MemoryJournal;
+use verdict_worker::metrics::WorkerMetrics;
+use verdict_worker::provider::{ProviderKind, ProviderSettings, Secret, build};
+use verdict_worker::repo::{MemoryRepositorySource, MemoryTree};
+use verdict_worker::retry::RetryPolicy;
+use verdict_worker::transcript::MemoryTranscriptStore;
+
+const MODEL: &str = "model-a";
+const KINDS: [ProviderKind; 2] = [ProviderKind::Openai, ProviderKind::Anthropic];
+const REPO_URL: &str = "https://git.example.com/acme/parser.git";
+const COMMIT: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+const DIFF: &str = "diff --git a/src/lib.rs b/src/lib.rs\n--- a/src/lib.rs\n+++ b/src/lib.rs\n@@ -1,2 +1,3 @@\n pub fn parse() {}\n+pub fn tokens(i: usize, t: &[u8]) -> u8 { t[i + 1] }\n";
+
+const VALID: &str = "<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>5</SCORE>\n<DECISION>request_changes</DECISION>\n<DECISION_REASON>\nAn index can go out of bounds.\n</DECISION_REASON>\n<SUMMARY>\nAdds a tokens helper.\n</SUMMARY>\n<FINDINGS>\n<FINDING>\n<SEVERITY>major</SEVERITY>\n<FILE>src/lib.rs</FILE>\n<START_LINE>2</START_LINE>\n<END_LINE>2</END_LINE>\n<TITLE>Unchecked index</TITLE>\n<DESCRIPTION>\n`t[i + 1]` panics at the end of the input.\n</DESCRIPTION>\n<SUGGESTION>NONE</SUGGESTION>\n</FINDING>\n</FINDINGS>\n</SAKURA_REVIEW>\n";
+const PROSE: &str =
+    "Looking at the change, the tokens helper indexes past the end. I'd request changes.";
+
+struct Env {
+    fake: FakeProvider,
+    executor: StageExecutor,
+    events: Arc<MemoryEventSink>,
+    transcripts: Arc<MemoryTranscriptStore>,
+}
+
+fn provider_settings(kind: ProviderKind, base_url: &str, timeout: Duration) -> ProviderSettings {
+    ProviderSettings {
+        name: "fake".into(),
+        kind,
+        base_url: base_url.to_owned(),
+        api_key: Some(Secret::new("test-key-not-a-secret")),
+        model: MODEL.into(),
+        timeout,
+        connect_timeout: Duration::from_secs(2),
+        max_tokens: Some(1024),
+        temperature: Some(0.3),
+        command: Vec::new(),
+        no_tools_flag: None,
+        tools_flag: None,
+    }
+}
+
+fn repositories() -> MemoryRepositorySource {
+    MemoryRepositorySource::new().with(
+        REPO_URL,
+        COMMIT,
+        MemoryTree::new()
+            .file(
+                "src/lib.rs",
+                "pub fn parse() {}\npub fn tokens(i: usize, t: &[u8]) -> u8 { t[i + 1] }\n",
+            )
+            .file("README.md", "# parser\n")
+            .symlink("escape", "/etc/passwd")
+            .symlink("up", "../../outside.txt"),
+    )
+}
+
+fn settings() -> ExecutorSettings {
+    ExecutorSettings {
+        retry: RetryPolicy {
+            budget: 2,
+            base_delay: Duration::from_millis(20),
+            max_delay: Duration::from_millis(50),
+            max_inline_wait: Duration::from_secs(5),
+        },
+        ..ExecutorSettings::default()
+    }
+}
+
+async fn env_with(
+    settings_for: ProviderSettings,
+    fake: FakeProvider,
+    exec: ExecutorSettings,
+) -> Env {
+    let mut providers = ProviderRegistry::new();
+    providers.insert(build(settings_for).unwrap());
+    let events = Arc::new(MemoryEventSink::default());
+    let transcripts = Arc::new(MemoryTranscriptStore::default());
+    let deps = ExecutorDeps {
+        providers,
+        repositories: Arc::new(repositories()),
+        inputs: Arc::new(MemoryInputStore::default()),
+        journal: Arc::new(MemoryJournal::default()),
+        transcripts: transcripts.clone(),
+        events: events.clone(),
+        metrics: WorkerMetrics::register(&prometheus::Registry::new()).unwrap(),
+        clock: Arc::new(SystemClock),
+    };
+    Env {
+        fake,
+        executor: StageExecutor::new(deps, exec),
+        events,
+        transcripts,
+    }
+}
+
+async fn env(kind: ProviderKind, script: Script) -> Env {
+    let fake = FakeProvider::start().await;
+    fake.script(MODEL, script);
+    let s = provider_settings(kind, &fake.base_url(), Duration::from_secs(10));
+    env_with(s, fake, settings()).await
+}
+
+fn request(stage: StageKind, tools: bool, deadline_in: Duration) -> StageRequest {
+    let mode = verdict_proto::repair::RepairMode::default_for(stage.default_protocol());
+    StageRequest {
+        version: WIRE_VERSION,
+        task_id: "task-7".into(),
+        stage_id: stage.as_str().into(),
+        stage,
+        protocol: stage.default_protocol(),
+        required: true,
+        attempt: 1,
+        priority: Priority::Interactive,
+        deadline_unix_ms: SystemClock.now_unix_ms()
+            + u64::try_from(deadline_in.as_millis()).unwrap(),
+        language: Language::En,
+        repository: Some(RepositoryRef {
+            url: REPO_URL.into(),
+            commit: COMMIT.into(),
+            base: None,
+        }),
+        inputs: vec![InputRef {
+            name: "diff".into(),
+            content: InputContent::Inline { text: DIFF.into() },
+        }],
+        tools: if tools {
+            Tool::READ_ONLY.to_vec()
+        } else {
+            Vec::new()
+        },
+        provider: None,
+        model: None,
+        repair: RepairPolicy {
+            mode,
+            max_attempts: 3,
+        },
+        validate: ValidateOptions::default(),
+    }
+}
+
+const LONG: Duration = Duration::from_secs(600);
+
+async fn run(env: &Env, req: &StageRequest) -> Execution {
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        env.executor.execute(req, &CancellationToken::new()),
+    )
+    .await
+    .expect("the stage ends")
+}
+
+/// The request body as text: enough to assert what was (not) sent, in either wire format.
+fn text(r: &RecordedRequest) -> String {
+    r.body.to_string()
+}
+
+fn has_tools(r: &RecordedRequest) -> bool {
+    r.body
+        .get("tools")
+        .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()))
+}
+
+fn last_user_text(r: &RecordedRequest) -> String {
+    let msgs = r.body["messages"].as_array().unwrap();
+    let last = msgs.iter().rev().find(|m| m["role"] == "user").unwrap();
+    match &last["content"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn valid_first_time_in_both_wire_formats() {
+    for kind in KINDS {
+        let e = env(kind, Script::new([Behaviour::text(VALID).usage(1200, 300)])).await;
+        let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+        match &x.result.outcome {
+            StageOutcome::Ok {
+                value,
+                repaired: false,
+                attempts: 1,
+            } => {
+                assert_eq!(value["score"], 5);
+                assert_eq!(value["findings"][0]["file"], "src/lib.rs");
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+        assert_eq!(x.result.usage.input_tokens, 1200);
+        let sent = e.fake.requests_for(MODEL);
+        assert_eq!(sent.len(), 1);
+        let body = text(&sent[0]);
+        assert!(
+            body.contains("<SAKURA_REVIEW>"),
+            "{kind:?}: the contract is sent"
+        );
+        assert!(
+            body.contains("diff --git a/src/lib.rs"),
+            "{kind:?}: the diff is sent"
+        );
+        assert!(
+            body.contains("<<<UNTRUSTED diff "),
+            "{kind:?}: fenced as evidence"
+        );
+        assert!(
+            !has_tools(&sent[0]),
+            "{kind:?}: no tools for a stage without tools"
+        );
+        if kind == ProviderKind::Anthropic {
+            assert!(
+                sent[0].body["system"]
+                    .as_str()
+                    .unwrap()
+                    .contains("<SAKURA_REVIEW>")
+            );
+        } else {
+            assert_eq!(sent[0].messages()[0]["role"], "system");
+        }
+    }
+}
+
+#[tokio::test]
+async fn repaired_in_round_one_and_round_three_with_full_history_and_no_tools() {
+    for kind in KINDS {
+        let e = env(
+            kind,
+            Script::new([Behaviour::text(PROSE), Behaviour::text(VALID)]),
+        )
+        .await;
+        let x = run(&e, &request(StageKind::Review, true, LONG)).await;
+        assert!(
+            matches!(
+                x.result.outcome,
+                StageOutcome::Ok {
+                    repaired: true,
+                    attempts: 2,
+                    ..
+                }
+            ),
+            "{kind:?}: {:?}",
+            x.result.outcome
+        );
+        let sent = e.fake.requests_for(MODEL);
+        assert!(
+            has_tools(&sent[0]),
+            "{kind:?}: the first call offers the read-only tools"
+        );
+        let repair = &sent[1];
+        assert!(
+            !has_tools(repair),
+            "{kind:?}: repair calls run without tools"
+        );
+        assert_eq!(repair.body["temperature"], json!(0.0), "{kind:?}");
+        let body = text(repair);
+        assert!(
+            body.contains("diff --git"),
+            "{kind:?}: conversation repair keeps the history"
+        );
+        assert!(body.contains(PROSE), "{kind:?}: and the invalid answer");
+        assert!(
+            last_user_text(repair).contains("no <SAKURA_REVIEW> envelope found"),
+            "{kind:?}"
+        );
+
+        let e = env(
+            kind,
+            Script::new([
+                Behaviour::text(PROSE),
+                Behaviour::text(PROSE),
+                Behaviour::text(VALID.replace("<SCORE>5</SCORE>", "<SCORE>11</SCORE>")),
+                Behaviour::text(VALID),
+            ]),
+        )
+        .await;
+        let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+        assert!(
+            matches!(
+                x.result.outcome,
+                StageOutcome::Ok {
+                    repaired: true,
+                    attempts: 4,
+                    ..
+                }
+            ),
+            "{kind:?}: {:?}",
+            x.result.outcome
+        );
+        let rounds = e.events.of_type(EventType::ProtocolRepair);
+        assert_eq!(rounds.len(), 3);
+        assert!(
+            rounds
+                .iter()
+                .all(|r| r.channel.as_deref() == Some("review:protocol_repair"))
+        );
+        assert_eq!(rounds[2].data["outcome"], "repaired");
+        assert!(
+            rounds[2].data["error"]
+                .as_str()
+                .unwrap()
+                .contains("SCORE must be an integer from 1 to 10"),
+            "{kind:?}: round 3 repairs the error of round 2's answer"
+        );
+    }
+}
+
+#[tokio::test]
+async fn invalid_through_every_round_is_invalid_output_with_the_last_error() {
+    for kind in KINDS {
+        let e = env(
+            kind,
+            Script::new([
+                Behaviour::text(PROSE),
+                Behaviour::text(PROSE),
+                Behaviour::text(PROSE),
+                Behaviour::truncated("<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>5"),
+            ]),
+        )
+        .await;
+        let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+        match &x.result.outcome {
+            StageOutcome::InvalidOutput {
+                stage,
+                error,
+                attempts,
+                preview,
+                ..
+            } => {
+                assert_eq!(stage, "review");
+                assert!(
+                    error.contains("never closed"),
+                    "{kind:?}: the last error, {error}"
+                );
+                assert_eq!(*attempts, 4);
+                assert!(preview.starts_with("<SAKURA_REVIEW>"));
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+        assert_eq!(e.fake.requests_for(MODEL).len(), 4);
+        assert_eq!(e.transcripts.all().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn isolated_repair_holds_only_contract_invalid_response_and_error() {
+    for kind in KINDS {
+        let prose = "I checked the repository at /srv/checkouts/task-7; this needs review.";
+        let e = env(
+            kind,
+            Script::new([
+                Behaviour::text(prose),
+                Behaviour::text(r#"{"review": true, "reason": "Parser change."}"#),
+            ]),
+        )
+        .await;
+        let x = run(&e, &request(StageKind::Triage, true, LONG)).await;
+        assert!(
+            matches!(&x.result.outcome, StageOutcome::Ok { value, repaired: true, .. } if value["review"] == true),
+            "{kind:?}: {:?}",
+            x.result.outcome
+        );
+        let repair = &e.fake.requests_for(MODEL)[1];
+        let body = text(repair);
+        assert!(
+            body.contains("\\\"review\\\"") || body.contains("\"review\""),
+            "{kind:?}: the contract"
+        );
+        assert!(
+            body.contains("this needs review"),
+            "{kind:?}: the invalid response"
+        );
+        assert!(
+            body.contains("text instead of a JSON object") || body.contains("JSON object"),
+            "{kind:?}: the error"
+        );
+        assert!(
+            !body.contains("diff --git"),
+            "{kind:?}: not the original task"
+        );
+        assert!(
+            !body.contains(REPO_URL) && !body.contains(COMMIT),
+            "{kind:?}: not the repository"
+        );
+        assert!(!has_tools(repair), "{kind:?}: no tools");
+        let roles: Vec<&str> = repair
+            .messages()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        let expected: &[&str] = if kind == ProviderKind::Anthropic {
+            &["user"]
+        } else {
+            &["system", "user"]
+        };
+        assert_eq!(
+            roles, expected,
+            "{kind:?}: one formatting-only system prompt and one user message"
+        );
+    }
+}
+
+#[tokio::test]
+async fn deadline_during_the_tool_loop_finalises_without_tools() {
+    for kind in KINDS {
+        // The first tool call runs; the second turn is still in flight when the deadline passes,
+        // so its tool call is answered as not executed and the next call is asked to finalise.
+        let e = env(
+            kind,
+            Script::new([
+                Behaviour::tool_call("read", json!({"path": "src/lib.rs"})),
+                Behaviour::tool_call("grep", json!({"pattern": "tokens"}))
+                    .after(Duration::from_millis(900)),
+                Behaviour::text(VALID),
+            ]),
+        )
+        .await;
+        let x = run(
+            &e,
+            &request(StageKind::Review, true, Duration::from_millis(500)),
+        )
+        .await;
+        assert!(
+            matches!(
+                x.result.outcome,
+                StageOutcome::Ok {
+                    repaired: false,
+                    ..
+                }
+            ),
+            "{kind:?}: {:?}",
+            x.result.outcome
+        );
+        let sent = e.fake.requests_for(MODEL);
+        assert_eq!(sent.len(), 3, "{kind:?}");
+        assert!(
+            has_tools(&sent[0]) && has_tools(&sent[1]),
+            "{kind:?}: tools before the deadline"
+        );
+        assert!(
+            text(&sent[1]).contains("pub fn tokens"),
+            "{kind:?}: the first tool call ran"
+        );
+        let last = &sent[2];
+        assert!(!has_tools(last), "{kind:?}: no tools after the deadline");
+        let body = text(last);
+        assert!(
+            body.contains("Not executed: the time budget for this task was reached"),
+            "{kind:?}"
+        );
+        assert!(
+            last_user_text(last).contains("time budget for this task has been reached")
+                || body.contains("time budget for this task has been reached"),
+            "{kind:?}: the finalise message"
+        );
+        assert_eq!(
+            body.matches("time budget for this task has been reached")
+                .count(),
+            1,
+            "{kind:?}: added once"
+        );
+        assert_eq!(e.events.of_type(EventType::DeadlineReached).len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn tool_calls_after_the_finalise_message_are_not_executed_and_the_text_is_judged() {
+    for kind in KINDS {
+        let e = env(
+            kind,
+            Script::new([
+                Behaviour::tool_call("read", json!({"path": "README.md"}))
+                    .after(Duration::from_millis(700)),
+                Behaviour::text(VALID).and_tool_call("read", json!({"path": "src/lib.rs"})),
+            ]),
+        )
+        .await;
+        let x = run(
+            &e,
+            &request(StageKind::Review, true, Duration::from_millis(300)),
+        )
+        .await;
+        assert!(
+            matches!(x.result.outcome, StageOutcome::Ok { .. }),
+            "{kind:?}: {:?}",
+            x.result.outcome
+        );
+        assert_eq!(
+            e.fake.requests_for(MODEL).len(),
+            2,
+            "{kind:?}: the text of the finalised turn is parsed"
+        );
+        let transcript = &e.transcripts.all()[0];
+        let not_run = transcript
+            .entries
+            .iter()
+            .filter(|en| {
+                matches!(
+                    en,
+                    verdict_worker::transcript::TranscriptEntry::ToolCall {
+                        executed: false,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(not_run, 2, "{kind:?}");
+    }
+}
+
+#[tokio::test]
+async fn tools_refuse_escapes_through_the_executor() {
+    for kind in KINDS {
+        let e = env(
+            kind,
+            Script::new([
+                Behaviour::tool_call("read", json!({"path": "../x"})),
+                Behaviour::tool_call("read", json!({"path": "/etc/passwd"})),
+                Behaviour::tool_call("read", json!({"path": "escape"})),
+                Behaviour::tool_call("ls", json!({"path": "up"})),
+                Behaviour::text(VALID),
+            ]),
+        )
+        .await;
+        let x = run(&e, &request(StageKind::Review, true, LONG)).await;
+        assert!(
+            matches!(x.result.outcome, StageOutcome::Ok { .. }),
+            "{kind:?}: {:?}",
+            x.result.outcome
+        );
+        let last = text(e.fake.requests_for(MODEL).last().unwrap());
+        assert!(
+            !last.contains("root:x:0:0"),
+            "{kind:?}: /etc/passwd never leaks"
+        );
+        let t = &e.transcripts.all()[0];
+        let outputs: Vec<(bool, String)> = t
+            .entries
+            .iter()
+            .filter_map(|en| match en {
+                verdict_worker::transcript::TranscriptEntry::ToolCall {
+                    is_error, output, ..
+                } => Some((*is_error, output.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(outputs.len(), 4);
+        assert!(
+            outputs.iter().all(|(err, _)| *err),
+            "{kind:?}: every escape is refused: {outputs:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn rate_limit_with_retry_after_is_waited_out_then_succeeds() {
+    for kind in KINDS {
+        let e = env(
+            kind,
+            Script::new([
+                Behaviour::status(429).retry_after("1"),
+                Behaviour::text(VALID),
+            ]),
+        )
+        .await;
+        let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+        assert!(
+            matches!(x.result.outcome, StageOutcome::Ok { .. }),
+            "{kind:?}: {:?}",
+            x.result.outcome
+        );
+        assert_eq!(e.fake.requests_for(MODEL).len(), 2);
+        let waited = e.transcripts.all()[0]
+            .entries
+            .iter()
+            .find_map(|en| match en {
+                verdict_worker::transcript::TranscriptEntry::Retry { wait_ms, kind, .. } => {
+                    Some((*wait_ms, kind.clone()))
+                }
+                _ => None,
+            });
+        assert_eq!(
+            waited,
+            Some((1000, "rate_limited".to_owned())),
+            "{kind:?}: Retry-After honoured"
+        );
+    }
+}
+
+#[tokio::test]
+async fn server_errors_until_the_budget_is_spent_are_provider_unavailable() {
+    for kind in KINDS {
+        let e = env(kind, Script::always(Behaviour::status(503))).await;
+        let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+        assert!(
+            matches!(
+                x.result.outcome,
+                StageOutcome::ExecutionFailure {
+                    kind: FailureKind::ProviderUnavailable,
+                    ..
+                }
+            ),
+            "{kind:?}: {:?}",
+            x.result.outcome
+        );
+        assert_eq!(
+            e.fake.requests_for(MODEL).len(),
+            3,
+            "{kind:?}: one call and the budget of two retries"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unauthorised_is_auth_and_not_retried() {
+    for kind in KINDS {
+        let e = env(kind, Script::always(Behaviour::status(401))).await;
+        let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+        assert!(
+            matches!(
+                x.result.outcome,
+                StageOutcome::ExecutionFailure {
+                    kind: FailureKind::Auth,
+                    retryable: false,
+                    ..
+                }
+            ),
+            "{kind:?}: {:?}",
+            x.result.outcome
+        );
+        assert_eq!(e.fake.requests_for(MODEL).len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn transport_timeout_is_timeout() {
+    for kind in KINDS {
+        let fake = FakeProvider::start().await;
+        fake.script(MODEL, Script::always(Behaviour::hang()));
+        let s = provider_settings(kind, &fake.base_url(), Duration::from_millis(300));
+        let mut exec = settings();
+        exec.retry.budget = 0;
+        let e = env_with(s, fake, exec).await;
+        let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+        assert_eq!(
+            x.result.outcome.failure_kind(),
+            Some(FailureKind::Timeout),
+            "{kind:?}: {:?}",
+            x.result.outcome
+        );
+    }
+}
+
+#[tokio::test]
+async fn cancellation_is_cancelled() {
+    for kind in KINDS {
+        let e = env(kind, Script::always(Behaviour::hang())).await;
+        let req = request(StageKind::Review, false, LONG);
+        let cancel = CancellationToken::new();
+        let run = e.executor.execute(&req, &cancel);
+        let cancel_when_sent = async {
+            e.fake
+                .wait_for_requests(1, Duration::from_secs(10))
+                .await
+                .unwrap();
+            cancel.cancel();
+        };
+        let (x, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+            tokio::join!(run, cancel_when_sent)
+        })
+        .await
+        .expect("cancellation is prompt");
+        assert_eq!(
+            x.result.outcome.failure_kind(),
+            Some(FailureKind::Cancelled),
+            "{kind:?}"
+        );
+    }
+}
+
+async fn exec_env(command: Vec<String>) -> Env {
+    let fake = FakeProvider::start().await;
+    let mut s = provider_settings(
+        ProviderKind::Exec,
+        "http://unused.invalid",
+        Duration::from_secs(10),
+    );
+    s.command = command;
+    s.no_tools_flag = Some("--no-tools".into());
+    env_with(s, fake, settings()).await
+}
+
+#[tokio::test]
+async fn exec_provider_failures_are_process_start_and_process_exit() {
+    let e = exec_env(vec!["/nonexistent/verdict-agent".into()]).await;
+    let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+    assert_eq!(
+        x.result.outcome.failure_kind(),
+        Some(FailureKind::ProcessStart),
+        "{:?}",
+        x.result.outcome
+    );
+
+    let e = exec_env(vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        "echo 'model not found' >&2; exit 1".into(),
+    ])
+    .await;
+    let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+    match &x.result.outcome {
+        StageOutcome::ExecutionFailure {
+            kind: FailureKind::ProcessExit,
+            message,
+            ..
+        } => {
+            assert!(message.contains("model not found"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn exec_provider_answers_from_stdout_in_the_snapshot() {
+    let script = format!("cat > /dev/null; test -f src/lib.rs || exit 3; printf '%s' '{VALID}'");
+    let e = exec_env(vec!["/bin/sh".into(), "-c".into(), script]).await;
+    let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+    assert!(
+        matches!(x.result.outcome, StageOutcome::Ok { .. }),
+        "{:?}",
+        x.result.outcome
+    );
+}
