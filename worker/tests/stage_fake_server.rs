@@ -126,7 +126,7 @@ async fn env(kind: ProviderKind, script: Script) -> Env {
 }
 
 fn request(stage: StageKind, tools: bool, deadline_in: Duration) -> StageRequest {
-    let mode = verdict_proto::repair::RepairMode::default_for(stage.default_protocol());
+    let mode = RepairMode::default_for(stage.default_protocol());
     StageRequest {
         version: WIRE_VERSION,
         task_id: "task-7".into(),
