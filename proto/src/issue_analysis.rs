@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::Collector;
 use crate::envelope::{
-    self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, children, int_in, one_of, record,
+    self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, int_in, list_items, one_of,
     required_text, scalar, text, version,
 };
 use crate::names::string_enum;
@@ -154,17 +154,16 @@ fn build(
     });
     let summary = required_text(nodes, "SUMMARY", root, c);
     let feasibility = required_text(nodes, "FEASIBILITY", root, c);
-    let labels = suggestions(nodes, root, c, "SUGGESTED_LABELS", "LABEL", "NAME", |v| {
-        non_empty_single("NAME", v)
+    let labels = list_items(nodes, root, c, "SUGGESTED_LABELS", "LABEL", |f, at, c| {
+        suggestion(f, at, c, "NAME", |v| non_empty_single("NAME", v))
     });
-    let assignees = suggestions(
+    let assignees = list_items(
         nodes,
         root,
         c,
         "SUGGESTED_ASSIGNEES",
         "ASSIGNEE",
-        "USERNAME",
-        username,
+        |f, at, c| suggestion(f, at, c, "USERNAME", username),
     );
     let milestone = text(nodes, "SUGGESTED_MILESTONE", root, c, true);
     let duplicate_of = scalar(nodes, "DUPLICATE_OF", root, c, |v| {
@@ -252,37 +251,18 @@ fn confidence(v: &str) -> Result<f64, String> {
     }
 }
 
-type Suggestion = (String, f64, String);
-
-/// Reads a list of `<LABEL>`/`<ASSIGNEE>` blocks: a name field, CONFIDENCE and REASON.
-fn suggestions(
-    nodes: &[Node<'_, '_>],
-    root: &Path<'_>,
+/// The NAME/USERNAME, CONFIDENCE and REASON of one `<LABEL>` or `<ASSIGNEE>` block.
+fn suggestion(
+    fields: &[Node<'_, '_>],
+    at: &Path<'_>,
     c: &mut Collector,
-    list_tag: &'static str,
-    item_tag: &'static str,
     name_tag: &'static str,
     name: impl Fn(&str) -> Result<String, String>,
-) -> Option<Vec<Suggestion>> {
-    let list = children(nodes, list_tag)?;
-    let path = root.child(list_tag);
-    let mut out = Vec::with_capacity(list.len());
-    let mut complete = true;
-    for (i, node) in list.iter().enumerate() {
-        let item = path.item(item_tag, i + 1);
-        let Some(fields) = record(node) else {
-            complete = false;
-            continue;
-        };
-        let n = scalar(fields, name_tag, &item, c, &name);
-        let conf = scalar(fields, "CONFIDENCE", &item, c, confidence);
-        let reason = required_text(fields, "REASON", &item, c);
-        match (n, conf, reason) {
-            (Some(n), Some(conf), Some(reason)) => out.push((n, conf, reason)),
-            _ => complete = false,
-        }
-    }
-    complete.then_some(out)
+) -> Option<(String, f64, String)> {
+    let n = scalar(fields, name_tag, at, c, name);
+    let conf = scalar(fields, "CONFIDENCE", at, c, confidence);
+    let reason = required_text(fields, "REASON", at, c);
+    Some((n?, conf?, reason?))
 }
 
 impl IssueAnalysis {

@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::Collector;
 use crate::envelope::{
-    self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, children, int_in, location,
-    one_of, record, required_text, scalar, text, version,
+    self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, int_in, list_items, location,
+    one_of, required_text, scalar, text, version,
 };
 use crate::names::string_enum;
 use crate::{Diagnostics, Language};
@@ -143,7 +143,7 @@ fn build(nodes: &[Node<'_, '_>], root: &Path<'_>, c: &mut Collector) -> Option<R
     });
     let decision_reason = required_text(nodes, "DECISION_REASON", root, c);
     let summary = required_text(nodes, "SUMMARY", root, c);
-    let findings = findings(nodes, root, c);
+    let findings = list_items(nodes, root, c, "FINDINGS", "FINDING", finding);
 
     let findings = findings?;
     let model_score = model_score? as u8;
@@ -161,21 +161,6 @@ fn build(nodes: &[Node<'_, '_>], root: &Path<'_>, c: &mut Collector) -> Option<R
         summary: summary?,
         findings,
     })
-}
-
-fn findings(nodes: &[Node<'_, '_>], root: &Path<'_>, c: &mut Collector) -> Option<Vec<Finding>> {
-    let list = children(nodes, "FINDINGS")?;
-    let path = root.child("FINDINGS");
-    let mut out = Vec::with_capacity(list.len());
-    let mut complete = true;
-    for (i, node) in list.iter().enumerate() {
-        let item = path.item("FINDING", i + 1);
-        match record(node).and_then(|fields| finding(fields, &item, c)) {
-            Some(f) => out.push(f),
-            None => complete = false,
-        }
-    }
-    complete.then_some(out)
 }
 
 fn finding(nodes: &[Node<'_, '_>], path: &Path<'_>, c: &mut Collector) -> Option<Finding> {

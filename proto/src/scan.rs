@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::Collector;
 use crate::envelope::{
-    self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, children, int_in, location,
-    one_of, record, required_text, scalar, text, version,
+    self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, int_in, list_items, location,
+    one_of, required_text, scalar, text, version,
 };
 use crate::names::string_enum;
 use crate::review::{Severity, write_location};
@@ -132,32 +132,13 @@ fn build(nodes: &[Node<'_, '_>], root: &Path<'_>, c: &mut Collector) -> Option<S
         int_in("OVERALL_SCORE", v, 1, 100)
     });
     let summary = required_text(nodes, "SUMMARY", root, c);
-    let findings = findings(nodes, root, c);
+    let findings = list_items(nodes, root, c, "FINDINGS", "FINDING", finding);
     Some(ScanReport {
         version: version?,
         overall_score: score? as u8,
         summary: summary?,
         findings: findings?,
     })
-}
-
-fn findings(
-    nodes: &[Node<'_, '_>],
-    root: &Path<'_>,
-    c: &mut Collector,
-) -> Option<Vec<ScanFinding>> {
-    let list = children(nodes, "FINDINGS")?;
-    let path = root.child("FINDINGS");
-    let mut out = Vec::with_capacity(list.len());
-    let mut complete = true;
-    for (i, node) in list.iter().enumerate() {
-        let item = path.item("FINDING", i + 1);
-        match record(node).and_then(|fields| finding(fields, &item, c)) {
-            Some(f) => out.push(f),
-            None => complete = false,
-        }
-    }
-    complete.then_some(out)
 }
 
 fn finding(nodes: &[Node<'_, '_>], path: &Path<'_>, c: &mut Collector) -> Option<ScanFinding> {

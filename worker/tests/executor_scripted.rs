@@ -559,20 +559,26 @@ async fn a_redelivered_stage_reuses_paid_responses() {
 mod spans {
     use std::sync::{Arc, Mutex};
 
-    use tracing::span::{Attributes, Id};
     use tracing::Subscriber;
+    use tracing::span::{Attributes, Id};
     use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
     use tracing_subscriber::registry::LookupSpan;
 
-    /// Records every span as (name, parent name).
+    /// A span's name and its parent's name.
+    pub type Seen = (String, Option<String>);
+
+    /// Records every span as it is created.
     #[derive(Clone, Default)]
-    pub struct Capture(pub Arc<Mutex<Vec<(String, Option<String>)>>>);
+    pub struct Capture(pub Arc<Mutex<Vec<Seen>>>);
 
     impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
         fn on_new_span(&self, _attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
             let span = ctx.span(id).unwrap();
             let parent = span.parent().map(|p| p.name().to_owned());
-            self.0.lock().unwrap().push((span.name().to_owned(), parent));
+            self.0
+                .lock()
+                .unwrap()
+                .push((span.name().to_owned(), parent));
         }
     }
 
@@ -592,27 +598,62 @@ async fn spans_nest_stage_then_ai_calls_tool_calls_and_repair_rounds() {
     let provider = Arc::new(ScriptedProvider::new(
         "scripted",
         "model-a",
-        vec![Step::tool_call("c1", "read", r#"{"path": "src/lib.rs"}"#), Step::text(PROSE), Step::text(VALID_REVIEW)],
+        vec![
+            Step::tool_call("c1", "read", r#"{"path": "src/lib.rs"}"#),
+            Step::text(PROSE),
+            Step::text(VALID_REVIEW),
+        ],
     ));
-    let mut r = rig_with(provider, ExecutorSettings::default(), Arc::new(MemoryJournal::default()));
-    let repos = MemoryRepositorySource::new().with("repo", "c0ffee", MemoryTree::new().file("src/lib.rs", "fn f() {}\n"));
+    let mut r = rig_with(
+        provider,
+        ExecutorSettings::default(),
+        Arc::new(MemoryJournal::default()),
+    );
+    let repos = MemoryRepositorySource::new().with(
+        "repo",
+        "c0ffee",
+        MemoryTree::new().file("src/lib.rs", "fn f() {}\n"),
+    );
     let mut deps = r.executor.deps().clone();
     deps.repositories = Arc::new(repos);
     r.executor = StageExecutor::new(deps, ExecutorSettings::default());
-    let mut req = request(StageKind::Review, RepairMode::Conversation, 3, far_future(&r));
-    req.repository = Some(RepositoryRef { url: "repo".into(), commit: "c0ffee".into(), base: None });
+    let mut req = request(
+        StageKind::Review,
+        RepairMode::Conversation,
+        3,
+        far_future(&r),
+    );
+    req.repository = Some(RepositoryRef {
+        url: "repo".into(),
+        commit: "c0ffee".into(),
+        base: None,
+    });
     req.tools = Tool::READ_ONLY.to_vec();
     let e = r.executor.execute(&req, &CancellationToken::new()).await;
-    assert!(matches!(e.result.outcome, StageOutcome::Ok { repaired: true, .. }), "{:?}", e.result.outcome);
+    assert!(
+        matches!(e.result.outcome, StageOutcome::Ok { repaired: true, .. }),
+        "{:?}",
+        e.result.outcome
+    );
 
     let seen = capture.0.lock().unwrap().clone();
     let parent_of = |name: &str| -> Vec<Option<String>> {
-        seen.iter().filter(|(n, _)| n == name).map(|(_, p)| p.clone()).collect()
+        seen.iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, p)| p.clone())
+            .collect()
     };
     assert_eq!(parent_of("stage"), vec![None]);
     assert_eq!(parent_of("tool_call"), vec![Some("stage".to_owned())]);
     assert_eq!(parent_of("repair_round"), vec![Some("stage".to_owned())]);
     let calls = parent_of("ai_call");
     assert_eq!(calls.len(), 3);
-    assert_eq!(calls.iter().filter(|p| p.as_deref() == Some("repair_round")).count(), 1, "the repair call nests in its round");
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|p| p.as_deref() == Some("repair_round"))
+            .count(),
+        1,
+        "the repair call nests in its round"
+    );
 }

@@ -130,6 +130,30 @@ pub(crate) fn children<'n, 's, 'a>(
     }
 }
 
+/// Types every item block of a list field with `item`; `None` if the list is absent or broken,
+/// or if any item is invalid (each item still reports its own diagnostics).
+pub(crate) fn list_items<T>(
+    nodes: &[Node<'_, '_>],
+    parent: &Path<'_>,
+    c: &mut Collector,
+    list_tag: &'static str,
+    item_tag: &'static str,
+    mut item: impl FnMut(&[Node<'_, '_>], &Path<'_>, &mut Collector) -> Option<T>,
+) -> Option<Vec<T>> {
+    let list = children(nodes, list_tag)?;
+    let path = parent.child(list_tag);
+    let mut out = Vec::with_capacity(list.len());
+    let mut complete = true;
+    for (i, node) in list.iter().enumerate() {
+        let at = path.item(item_tag, i + 1);
+        match record(node).and_then(|fields| item(fields, &at, c)) {
+            Some(v) => out.push(v),
+            None => complete = false,
+        }
+    }
+    complete.then_some(out)
+}
+
 /// The children of one record node (an item of a list).
 pub(crate) fn record<'n, 's, 'a>(node: &'n Node<'s, 'a>) -> Option<&'n [Node<'s, 'a>]> {
     match &node.value {
