@@ -3,132 +3,22 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
+mod common;
+
+use common::{PROSE, VALID_REVIEW, counter, far_future, request, rig, rig_with};
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::repair::RepairMode;
-use verdict_proto::wire::{
-    EventType, InputContent, InputRef, Priority, RepairPolicy, StageKind, StageRequest,
-    WIRE_VERSION,
-};
-use verdict_proto::{Language, ValidateOptions};
-use verdict_worker::clock::{Clock, TokioClock};
-use verdict_worker::events::MemoryEventSink;
-use verdict_worker::executor::{ExecutorDeps, ExecutorSettings, ProviderRegistry, StageExecutor};
-use verdict_worker::inputs::MemoryInputStore;
+use verdict_proto::wire::{EventType, StageKind};
+use verdict_worker::executor::ExecutorSettings;
 use verdict_worker::journal::MemoryJournal;
-use verdict_worker::metrics::WorkerMetrics;
 use verdict_worker::provider::scripted::{ScriptedProvider, Step};
 use verdict_worker::provider::{Role, ToolChoice};
-use verdict_worker::repo::MemoryRepositorySource;
 use verdict_worker::retry::RetryPolicy;
-use verdict_worker::transcript::MemoryTranscriptStore;
-
-const VALID_REVIEW: &str = "<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>8</SCORE>\n<DECISION>approve</DECISION>\n<DECISION_REASON>\nFine.\n</DECISION_REASON>\n<SUMMARY>\nSmall change.\n</SUMMARY>\n<FINDINGS>\n</FINDINGS>\n</SAKURA_REVIEW>\n";
-const PROSE: &str = "The change looks good to me. I would approve it with a score of 8.";
-
-struct Rig {
-    executor: StageExecutor,
-    provider: Arc<ScriptedProvider>,
-    events: Arc<MemoryEventSink>,
-    transcripts: Arc<MemoryTranscriptStore>,
-    journal: Arc<MemoryJournal>,
-    registry: prometheus::Registry,
-    clock: Arc<TokioClock>,
-}
-
-fn rig(steps: Vec<Step>, settings: ExecutorSettings) -> Rig {
-    rig_with(
-        Arc::new(ScriptedProvider::new("scripted", "model-a", steps)),
-        settings,
-        Arc::new(MemoryJournal::default()),
-    )
-}
-
-fn rig_with(
-    provider: Arc<ScriptedProvider>,
-    settings: ExecutorSettings,
-    journal: Arc<MemoryJournal>,
-) -> Rig {
-    let mut providers = ProviderRegistry::new();
-    providers.insert(provider.clone());
-    let events = Arc::new(MemoryEventSink::default());
-    let transcripts = Arc::new(MemoryTranscriptStore::default());
-    let registry = prometheus::Registry::new();
-    let clock = Arc::new(TokioClock::new());
-    let deps = ExecutorDeps {
-        providers,
-        repositories: Arc::new(MemoryRepositorySource::new()),
-        inputs: Arc::new(MemoryInputStore::default()),
-        journal: journal.clone(),
-        transcripts: transcripts.clone(),
-        events: events.clone(),
-        metrics: WorkerMetrics::register(&registry).unwrap(),
-        clock: clock.clone(),
-    };
-    Rig {
-        executor: StageExecutor::new(deps, settings),
-        provider,
-        events,
-        transcripts,
-        journal,
-        registry,
-        clock,
-    }
-}
-
-fn request(stage: StageKind, mode: RepairMode, max: u8, deadline_unix_ms: u64) -> StageRequest {
-    StageRequest {
-        version: WIRE_VERSION,
-        task_id: "task-1".into(),
-        stage_id: format!("{}-1", stage.as_str()),
-        stage,
-        protocol: stage.default_protocol(),
-        required: true,
-        attempt: 1,
-        priority: Priority::Interactive,
-        deadline_unix_ms,
-        language: Language::En,
-        repository: None,
-        inputs: vec![InputRef {
-            name: "diff".into(),
-            content: InputContent::Inline {
-                text: "diff --git a/src/lib.rs b/src/lib.rs\n+fn f() {}\n".into(),
-            },
-        }],
-        tools: vec![],
-        provider: None,
-        model: None,
-        repair: RepairPolicy {
-            mode,
-            max_attempts: max,
-        },
-        validate: ValidateOptions::default(),
-    }
-}
-
-fn far_future(r: &Rig) -> u64 {
-    r.clock.now_unix_ms() + 600_000
-}
-
-fn counter(registry: &prometheus::Registry, name: &str, labels: &[(&str, &str)]) -> f64 {
-    registry
-        .gather()
-        .iter()
-        .filter(|f| f.name() == name)
-        .flat_map(|f| f.get_metric().to_vec())
-        .filter(|m| {
-            labels.iter().all(|(k, v)| {
-                m.get_label()
-                    .iter()
-                    .any(|l| l.name() == *k && l.value() == *v)
-            })
-        })
-        .map(|m| m.get_counter().get_value())
-        .sum()
-}
 
 #[tokio::test(start_paused = true)]
 async fn valid_first_time_is_ok_without_repair() {
@@ -553,107 +443,5 @@ async fn a_redelivered_stage_reuses_paid_responses() {
     assert_eq!(
         counter(&r2.registry, "verdict_provider_responses_reused_total", &[]),
         2.0
-    );
-}
-
-mod spans {
-    use std::sync::{Arc, Mutex};
-
-    use tracing::Subscriber;
-    use tracing::span::{Attributes, Id};
-    use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-    use tracing_subscriber::registry::LookupSpan;
-
-    /// A span's name and its parent's name.
-    pub type Seen = (String, Option<String>);
-
-    /// Records every span as it is created.
-    #[derive(Clone, Default)]
-    pub struct Capture(pub Arc<Mutex<Vec<Seen>>>);
-
-    impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
-        fn on_new_span(&self, _attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-            let span = ctx.span(id).unwrap();
-            let parent = span.parent().map(|p| p.name().to_owned());
-            self.0
-                .lock()
-                .unwrap()
-                .push((span.name().to_owned(), parent));
-        }
-    }
-
-    pub fn subscriber(capture: Capture) -> impl Subscriber + Send + Sync {
-        tracing_subscriber::registry().with(capture)
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn spans_nest_stage_then_ai_calls_tool_calls_and_repair_rounds() {
-    use verdict_proto::wire::{RepositoryRef, Tool};
-    use verdict_worker::repo::MemoryTree;
-
-    let capture = spans::Capture::default();
-    let _guard = tracing::subscriber::set_default(spans::subscriber(capture.clone()));
-
-    let provider = Arc::new(ScriptedProvider::new(
-        "scripted",
-        "model-a",
-        vec![
-            Step::tool_call("c1", "read", r#"{"path": "src/lib.rs"}"#),
-            Step::text(PROSE),
-            Step::text(VALID_REVIEW),
-        ],
-    ));
-    let mut r = rig_with(
-        provider,
-        ExecutorSettings::default(),
-        Arc::new(MemoryJournal::default()),
-    );
-    let repos = MemoryRepositorySource::new().with(
-        "repo",
-        "c0ffee",
-        MemoryTree::new().file("src/lib.rs", "fn f() {}\n"),
-    );
-    let mut deps = r.executor.deps().clone();
-    deps.repositories = Arc::new(repos);
-    r.executor = StageExecutor::new(deps, ExecutorSettings::default());
-    let mut req = request(
-        StageKind::Review,
-        RepairMode::Conversation,
-        3,
-        far_future(&r),
-    );
-    req.repository = Some(RepositoryRef {
-        url: "repo".into(),
-        commit: "c0ffee".into(),
-        base: None,
-    });
-    req.tools = Tool::READ_ONLY.to_vec();
-    let e = r.executor.execute(&req, &CancellationToken::new()).await;
-    assert!(
-        matches!(e.result.outcome, StageOutcome::Ok { repaired: true, .. }),
-        "{:?}",
-        e.result.outcome
-    );
-
-    let seen = capture.0.lock().unwrap().clone();
-    let parent_of = |name: &str| -> Vec<Option<String>> {
-        seen.iter()
-            .filter(|(n, _)| n == name)
-            .map(|(_, p)| p.clone())
-            .collect()
-    };
-    assert_eq!(parent_of("stage"), vec![None]);
-    assert_eq!(parent_of("tool_call"), vec![Some("stage".to_owned())]);
-    assert_eq!(parent_of("repair_round"), vec![Some("stage".to_owned())]);
-    let calls = parent_of("ai_call");
-    assert_eq!(calls.len(), 3);
-    assert_eq!(
-        calls
-            .iter()
-            .filter(|p| p.as_deref() == Some("repair_round"))
-            .count(),
-        1,
-        "the repair call nests in its round"
     );
 }
