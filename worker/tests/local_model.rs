@@ -1,0 +1,164 @@
+//! The real local model — SmolLM2-135M behind llama.cpp's OpenAI-compatible server, installed by
+//! `ops/bin/llm` — driving a review stage end to end. The model is tiny and often breaks the
+//! contract: whatever it says, the stage must end in a classified outcome, with the repair loop
+//! exercised against a real provider.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use verdict_proto::outcome::StageOutcome;
+use verdict_proto::repair::RepairMode;
+use verdict_proto::wire::{
+    EventType, InputContent, InputRef, Priority, RepairPolicy, StageKind, StageRequest,
+    WIRE_VERSION,
+};
+use verdict_proto::{Language, ProtocolId, ValidateOptions, validate};
+use verdict_worker::clock::{Clock, SystemClock};
+use verdict_worker::events::MemoryEventSink;
+use verdict_worker::executor::{ExecutorDeps, ExecutorSettings, ProviderRegistry, StageExecutor};
+use verdict_worker::inputs::MemoryInputStore;
+use verdict_worker::journal::MemoryJournal;
+use verdict_worker::metrics::WorkerMetrics;
+use verdict_worker::provider::{ProviderKind, ProviderSettings, build};
+use verdict_worker::repo::MemoryRepositorySource;
+use verdict_worker::transcript::MemoryTranscriptStore;
+
+const DIFF: &str = "diff --git a/src/stack.rs b/src/stack.rs\n--- a/src/stack.rs\n+++ b/src/stack.rs\n@@ -1,8 +1,12 @@\n pub struct Stack { items: Vec<i32> }\n \n impl Stack {\n     pub fn push(&mut self, v: i32) { self.items.push(v); }\n-    pub fn pop(&mut self) -> Option<i32> { self.items.pop() }\n+    pub fn pop(&mut self) -> i32 {\n+        let last = self.items[self.items.len() - 1];\n+        self.items.truncate(self.items.len() - 1);\n+        last\n+    }\n }\n";
+
+/// Installs the model if needed (idempotent) and returns (server binary, model file).
+fn llm_paths() -> (String, String) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new(root.join("ops/bin/llm"))
+        .arg("paths")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run ops/bin/llm paths");
+    assert!(out.status.success(), "ops/bin/llm paths failed: install the local model with `ops/bin/llm install`");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    (lines.next().unwrap().to_owned(), lines.next().unwrap().to_owned())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Polls /health until the server answers, with a deadline (the model loads in a few seconds).
+async fn wait_healthy(port: u16, child: &mut tokio::process::Child) {
+    let client = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the local model server exited with {status} before becoming healthy");
+        }
+        let ok = client
+            .get(format!("http://127.0.0.1:{port}/health"))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ok {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the local model server did not become healthy within 90 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_stage_on_the_real_local_model_ends_classified() {
+    let (server, model) = tokio::task::spawn_blocking(llm_paths).await.unwrap();
+    let port = free_port();
+    let mut child = tokio::process::Command::new(&server)
+        .args(["-m", &model, "--host", "127.0.0.1", "--port", &port.to_string(), "-t", "1", "-c", "8192", "--no-webui"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the local model server");
+    wait_healthy(port, &mut child).await;
+
+    let settings = ProviderSettings {
+        name: "local".into(),
+        kind: ProviderKind::Openai,
+        base_url: format!("http://127.0.0.1:{port}"),
+        api_key: None,
+        model: "smollm2".into(),
+        timeout: Duration::from_secs(180),
+        connect_timeout: Duration::from_secs(5),
+        max_tokens: Some(384),
+        temperature: Some(0.2),
+        command: Vec::new(),
+        no_tools_flag: None,
+        tools_flag: None,
+    };
+    let mut providers = ProviderRegistry::new();
+    providers.insert(build(settings).unwrap());
+    let events = Arc::new(MemoryEventSink::default());
+    let transcripts = Arc::new(MemoryTranscriptStore::default());
+    let executor = StageExecutor::new(
+        ExecutorDeps {
+            providers,
+            repositories: Arc::new(MemoryRepositorySource::new()),
+            inputs: Arc::new(MemoryInputStore::default()),
+            journal: Arc::new(MemoryJournal::default()),
+            transcripts: transcripts.clone(),
+            events: events.clone(),
+            metrics: WorkerMetrics::register(&prometheus::Registry::new()).unwrap(),
+            clock: Arc::new(SystemClock),
+        },
+        ExecutorSettings::default(),
+    );
+    let request = StageRequest {
+        version: WIRE_VERSION,
+        task_id: "local-smoke".into(),
+        stage_id: "review".into(),
+        stage: StageKind::Review,
+        protocol: ProtocolId::Review,
+        required: true,
+        attempt: 1,
+        priority: Priority::Interactive,
+        deadline_unix_ms: SystemClock.now_unix_ms() + 600_000,
+        language: Language::En,
+        repository: None,
+        inputs: vec![
+            InputRef { name: "pull request title".into(), content: InputContent::Inline { text: "Make Stack::pop return the value directly".into() } },
+            InputRef { name: "diff".into(), content: InputContent::Inline { text: DIFF.into() } },
+        ],
+        tools: Vec::new(),
+        provider: None,
+        model: None,
+        repair: RepairPolicy { mode: RepairMode::Conversation, max_attempts: 2 },
+        validate: ValidateOptions::default(),
+    };
+
+    let execution = tokio::time::timeout(Duration::from_secs(600), executor.execute(&request, &CancellationToken::new()))
+        .await
+        .expect("the stage ends");
+    let outcome = &execution.result.outcome;
+    eprintln!("local model outcome: {}", serde_json::to_string(outcome).unwrap());
+    match outcome {
+        StageOutcome::Ok { value, attempts, .. } => {
+            // What the executor accepted is exactly what the protocol accepts.
+            let reparsed = validate(ProtocolId::Review, &ValidateOptions::default(), &verdict_proto::review::Review::to_envelope(&serde_json::from_value(value.clone()).unwrap()));
+            assert!(reparsed.is_ok(), "{reparsed:?}");
+            assert!(*attempts >= 1);
+        }
+        StageOutcome::InvalidOutput { diagnostics, attempts, .. } => {
+            assert!(!diagnostics.is_empty());
+            assert_eq!(*attempts, 3, "the original answer and both repair rounds");
+            assert_eq!(events.of_type(EventType::ProtocolRepair).len(), 2);
+        }
+        StageOutcome::ExecutionFailure { kind, message, .. } => {
+            panic!("a healthy local server must answer; got execution failure {kind}: {message}")
+        }
+    }
+    let usage = execution.result.usage;
+    assert!(usage.calls >= 1 && usage.output_tokens > 0, "real tokens were generated: {usage:?}");
+    assert_eq!(transcripts.all().len(), 1);
+}
