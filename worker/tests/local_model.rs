@@ -38,14 +38,24 @@ fn llm_paths() -> (String, String) {
         .stderr(Stdio::inherit())
         .output()
         .expect("run ops/bin/llm paths");
-    assert!(out.status.success(), "ops/bin/llm paths failed: install the local model with `ops/bin/llm install`");
+    assert!(
+        out.status.success(),
+        "ops/bin/llm paths failed: install the local model with `ops/bin/llm install`"
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let mut lines = text.lines();
-    (lines.next().unwrap().to_owned(), lines.next().unwrap().to_owned())
+    (
+        lines.next().unwrap().to_owned(),
+        lines.next().unwrap().to_owned(),
+    )
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Polls /health until the server answers, with a deadline (the model loads in a few seconds).
@@ -65,7 +75,10 @@ async fn wait_healthy(port: u16, child: &mut tokio::process::Child) {
         if ok {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the local model server did not become healthy within 90 s");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the local model server did not become healthy within 90 s"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -75,7 +88,19 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
     let (server, model) = tokio::task::spawn_blocking(llm_paths).await.unwrap();
     let port = free_port();
     let mut child = tokio::process::Command::new(&server)
-        .args(["-m", &model, "--host", "127.0.0.1", "--port", &port.to_string(), "-t", "1", "-c", "8192", "--no-webui"])
+        .args([
+            "-m",
+            &model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "-t",
+            "1",
+            "-c",
+            "8192",
+            "--no-webui",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -127,29 +152,58 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
         language: Language::En,
         repository: None,
         inputs: vec![
-            InputRef { name: "pull request title".into(), content: InputContent::Inline { text: "Make Stack::pop return the value directly".into() } },
-            InputRef { name: "diff".into(), content: InputContent::Inline { text: DIFF.into() } },
+            InputRef {
+                name: "pull request title".into(),
+                content: InputContent::Inline {
+                    text: "Make Stack::pop return the value directly".into(),
+                },
+            },
+            InputRef {
+                name: "diff".into(),
+                content: InputContent::Inline { text: DIFF.into() },
+            },
         ],
         tools: Vec::new(),
         provider: None,
         model: None,
-        repair: RepairPolicy { mode: RepairMode::Conversation, max_attempts: 2 },
+        repair: RepairPolicy {
+            mode: RepairMode::Conversation,
+            max_attempts: 2,
+        },
         validate: ValidateOptions::default(),
     };
 
-    let execution = tokio::time::timeout(Duration::from_secs(600), executor.execute(&request, &CancellationToken::new()))
-        .await
-        .expect("the stage ends");
+    let execution = tokio::time::timeout(
+        Duration::from_secs(600),
+        executor.execute(&request, &CancellationToken::new()),
+    )
+    .await
+    .expect("the stage ends");
     let outcome = &execution.result.outcome;
-    eprintln!("local model outcome: {}", serde_json::to_string(outcome).unwrap());
+    eprintln!(
+        "local model outcome: {}",
+        serde_json::to_string(outcome).unwrap()
+    );
     match outcome {
-        StageOutcome::Ok { value, attempts, .. } => {
+        StageOutcome::Ok {
+            value, attempts, ..
+        } => {
             // What the executor accepted is exactly what the protocol accepts.
-            let reparsed = validate(ProtocolId::Review, &ValidateOptions::default(), &verdict_proto::review::Review::to_envelope(&serde_json::from_value(value.clone()).unwrap()));
+            let reparsed = validate(
+                ProtocolId::Review,
+                &ValidateOptions::default(),
+                &verdict_proto::review::Review::to_envelope(
+                    &serde_json::from_value(value.clone()).unwrap(),
+                ),
+            );
             assert!(reparsed.is_ok(), "{reparsed:?}");
             assert!(*attempts >= 1);
         }
-        StageOutcome::InvalidOutput { diagnostics, attempts, .. } => {
+        StageOutcome::InvalidOutput {
+            diagnostics,
+            attempts,
+            ..
+        } => {
             assert!(!diagnostics.is_empty());
             assert_eq!(*attempts, 3, "the original answer and both repair rounds");
             assert_eq!(events.of_type(EventType::ProtocolRepair).len(), 2);
@@ -159,6 +213,9 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
         }
     }
     let usage = execution.result.usage;
-    assert!(usage.calls >= 1 && usage.output_tokens > 0, "real tokens were generated: {usage:?}");
+    assert!(
+        usage.calls >= 1 && usage.output_tokens > 0,
+        "real tokens were generated: {usage:?}"
+    );
     assert_eq!(transcripts.all().len(), 1);
 }

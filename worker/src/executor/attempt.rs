@@ -2,7 +2,6 @@
 //! provider with retries (E5) and fallback models, each call metered and written to the
 //! transcript.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use crate::deadline::SoftDeadline;
 use crate::events;
 use crate::journal;
 use crate::provider::{ChatRequest, ChatResponse, Message, Provider, ProviderError, ToolChoice};
+use crate::repo::Snapshot;
 use crate::retry::{RetryDecision, RetryState};
 use crate::tools::ToolBox;
 use crate::transcript::{CallPurpose, Transcript, TranscriptEntry};
@@ -45,7 +45,9 @@ pub(super) struct Attempt<'a> {
     provider: Arc<dyn Provider>,
     model: String,
     fallbacks: std::vec::IntoIter<String>,
-    workdir: Option<PathBuf>,
+    /// Held for the whole attempt: its lease keeps the cache from evicting the tree while an
+    /// `exec` agent or a tool works in it.
+    snapshot: Option<Snapshot>,
     pub toolbox: Option<ToolBox>,
     /// The conversation so far (the first two messages are the prompt).
     pub messages: Vec<Message>,
@@ -69,7 +71,7 @@ impl<'a> Attempt<'a> {
         provider: Arc<dyn Provider>,
         model: String,
         fallbacks: Vec<String>,
-        workdir: Option<PathBuf>,
+        snapshot: Option<Snapshot>,
         toolbox: Option<ToolBox>,
         messages: Vec<Message>,
         boundary: Boundary,
@@ -82,7 +84,7 @@ impl<'a> Attempt<'a> {
             provider,
             model,
             fallbacks: fallbacks.into_iter(),
-            workdir,
+            snapshot,
             toolbox,
             messages,
             recorded: 0,
@@ -289,7 +291,11 @@ impl<'a> Attempt<'a> {
             );
             let started = tokio::time::Instant::now();
             let result = provider
-                .complete(request, self.workdir.as_deref(), self.cancel)
+                .complete(
+                    request,
+                    self.snapshot.as_ref().map(Snapshot::root),
+                    self.cancel,
+                )
                 .instrument(span.clone())
                 .await;
             let latency = started.elapsed();

@@ -294,10 +294,9 @@ impl StageExecutor {
             },
             _ => None,
         };
-        let workdir = snapshot.as_ref().map(|s| s.root().to_path_buf());
-        let toolbox = match snapshot {
+        let toolbox = match &snapshot {
             Some(s) if !request.tools.is_empty() => Some(ToolBox::new(
-                s,
+                s.clone(),
                 &request.tools,
                 self.settings.tool_limits.clone(),
             )),
@@ -321,7 +320,7 @@ impl StageExecutor {
             .unwrap_or_default();
 
         let mut attempt = Attempt::new(
-            self, request, cancel, provider, model, fallbacks, workdir, toolbox, messages,
+            self, request, cancel, provider, model, fallbacks, snapshot, toolbox, messages,
             boundary, transcript,
         );
         let (outcome, requeue_after) = match attempt.run().await {
