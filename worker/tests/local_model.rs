@@ -60,6 +60,7 @@ fn free_port() -> u16 {
 
 /// Polls /health until the server answers, with a deadline (the model loads in a few seconds).
 async fn wait_healthy(port: u16, child: &mut tokio::process::Child) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
@@ -116,7 +117,7 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
         model: "smollm2".into(),
         timeout: Duration::from_secs(180),
         connect_timeout: Duration::from_secs(5),
-        max_tokens: Some(384),
+        max_tokens: Some(256),
         temperature: Some(0.2),
         command: Vec::new(),
         no_tools_flag: None,
