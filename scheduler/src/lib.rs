@@ -1,4 +1,9 @@
-//! verdict's task owner: intake, pipelines, degradation policy, publication and progress streams.
+//! verdict's task owner: intake, pipelines and their degradation policy, task state, progress
+//! streams and the HTTP API.
 //!
-//! Empty until the distributed-pool issue lands; the crate exists now so the workspace has its final
-//! shape and the dependency direction (scheduler → proto, never proto → scheduler) is fixed early.
+//! # Layout
+//! - [`document`]: the task document the API returns.
+//! - [`service`]: the `TaskService` trait the API and CLI talk to.
+
+pub mod document;
+pub mod service;

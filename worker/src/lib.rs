@@ -12,9 +12,12 @@
 //!   (E5), [`journal`] (E7) are its parts.
 //! - [`transcript`], [`events`], [`metrics`]: what an attempt leaves behind for operators.
 //! - [`clock`]: wall time, virtualisable in tests.
+//! - [`broker`], [`store`]: the broker and state-store traits with their RabbitMQ/Redis and
+//!   in-memory implementations, shared with the scheduler.
 //!
 //! The AMQP consumer (a later layer) and `verdict dev` both drive the same executor.
 
+pub mod broker;
 pub mod clock;
 pub mod deadline;
 pub mod events;
@@ -26,6 +29,7 @@ pub mod prompt;
 pub mod provider;
 pub mod repo;
 pub mod retry;
+pub mod store;
 pub mod tools;
 pub mod transcript;
 

@@ -1,0 +1,127 @@
+//! The task document: what `GET /v1/tasks/{id}` returns, `verdict dev review --json` prints and
+//! `verdict submit --wait` shows. It is the public face of a task, so it changes additively only.
+
+use serde::{Deserialize, Serialize};
+use verdict_proto::outcome::{FailureKind, StageOutcome};
+use verdict_proto::wire::{ProgressEvent, StageKind, Usage};
+
+/// What kind of work a task is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskKind {
+    Review,
+    IssueAnalysis,
+    Scan,
+}
+
+/// Where a task is. The last five are terminal (SPEC §0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    Queued,
+    Running,
+    /// A trustworthy decision.
+    Completed,
+    /// Triage said no review is needed.
+    Skipped,
+    /// Completed with a safe non-decision (protocol exhausted).
+    Degraded,
+    /// A required stage failed; nothing is published.
+    Incomplete,
+    /// Cancelled (or superseded).
+    Aborted,
+}
+
+impl TaskState {
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, TaskState::Queued | TaskState::Running)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Queued => "queued",
+            TaskState::Running => "running",
+            TaskState::Completed => "completed",
+            TaskState::Skipped => "skipped",
+            TaskState::Degraded => "degraded",
+            TaskState::Incomplete => "incomplete",
+            TaskState::Aborted => "aborted",
+        }
+    }
+}
+
+/// One stage as the document shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageView {
+    pub id: String,
+    pub stage: StageKind,
+    pub required: bool,
+    /// `pending`, `running` or `done`.
+    pub status: String,
+    /// `ok`, `invalid_output` or `execution_failure` once done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<FailureKind>,
+    /// The full outcome (value, diagnostics, preview) once done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<StageOutcome>,
+    pub attempts: u32,
+    #[serde(default)]
+    pub usage: Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_unix_ms: Option<u64>,
+}
+
+/// What part of the change was reviewed (SPEC X4: never silently partial).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Coverage {
+    pub files_total: usize,
+    pub files_reviewed: Vec<String>,
+    /// Files left out (budget, binary, deleted), each with the reason.
+    pub files_not_reviewed: Vec<NotReviewed>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotReviewed {
+    pub path: String,
+    pub reason: String,
+}
+
+/// When things happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Timings {
+    pub created_unix_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_unix_ms: Option<u64>,
+    /// The soft deadline shared by the task's stages (SPEC E2).
+    pub deadline_unix_ms: u64,
+}
+
+/// The whole document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskDocument {
+    pub id: String,
+    pub kind: TaskKind,
+    /// `multi`, `single`, `issue-analysis` or `scan`.
+    pub pipeline: String,
+    pub state: TaskState,
+    /// Why the task ended where it did (terminal states), in plain words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The result model (review, issue analysis or scan) once terminal with a result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    pub stages: Vec<StageView>,
+    #[serde(default)]
+    pub events: Vec<ProgressEvent>,
+    #[serde(default)]
+    pub coverage: Coverage,
+    pub timings: Timings,
+    #[serde(default)]
+    pub usage: Usage,
+}

@@ -1,0 +1,149 @@
+//! What the HTTP API and the CLI ask of the scheduler, as one trait: submit, look up, follow and
+//! cancel tasks. The API layer is a thin adapter over it; `verdict dev` and the scheduler process
+//! provide the same implementation on different backends.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use verdict_proto::wire::Priority;
+use verdict_worker::BoxFuture;
+use verdict_worker::store::StoredEvent;
+
+use crate::document::TaskDocument;
+
+/// `POST /v1/reviews`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewSubmission {
+    /// A git URL or a path the scheduler can read.
+    pub repository: String,
+    /// The base revision (commit, branch or tag) of the change.
+    pub base: String,
+    /// The head revision of the change.
+    pub head: String,
+    /// `multi` (S1, default) or `single` (S2).
+    #[serde(default)]
+    pub pipeline: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub body: Option<String>,
+    #[serde(default)]
+    pub options: SubmissionOptions,
+}
+
+/// `POST /v1/issue-analyses`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssueAnalysisSubmission {
+    /// The repository the issue belongs to (gives the model code to look at when tools are on).
+    #[serde(default)]
+    pub repository: Option<String>,
+    /// The revision to analyse against; defaults to the repository's default branch head.
+    #[serde(default)]
+    pub revision: Option<String>,
+    pub issue: IssueInput,
+    /// The category set CATEGORY must come from; the configured one when absent.
+    #[serde(default)]
+    pub categories: Option<Vec<String>>,
+    #[serde(default)]
+    pub options: SubmissionOptions,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssueInput {
+    #[serde(default)]
+    pub number: Option<u64>,
+    pub title: String,
+    #[serde(default)]
+    pub body: String,
+    #[serde(default)]
+    pub labels: Vec<String>,
+}
+
+/// `POST /v1/scans`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScanSubmission {
+    pub repository: String,
+    pub revision: String,
+    #[serde(default)]
+    pub options: SubmissionOptions,
+}
+
+/// Per-task overrides of configured defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmissionOptions {
+    /// `en` or `zh-CN` (normalised as P6 says).
+    #[serde(default)]
+    pub language: Option<String>,
+    /// Scans default to `bulk`, everything else to `interactive`.
+    #[serde(default)]
+    pub priority: Option<Priority>,
+    /// Overrides `review_timeout_seconds` for this task.
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+    /// Number of reviewers in a multi-stage review.
+    #[serde(default)]
+    pub reviewers: Option<u8>,
+}
+
+/// The answer to a submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submitted {
+    pub id: String,
+}
+
+/// Why a call failed; the API maps each to a status and a JSON error naming the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceError {
+    /// 404.
+    #[error("task {0} does not exist")]
+    NotFound(String),
+    /// 400: the request is wrong; the message names the field and the fix.
+    #[error("{0}")]
+    Invalid(String),
+    /// 409: e.g. cancelling a task that already ended.
+    #[error("{0}")]
+    Conflict(String),
+    /// 503: a backend is down; retry later.
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Whether the process can serve (`/readyz`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Readiness {
+    pub ready: bool,
+    /// What is not ready, in words (empty when ready).
+    pub problems: Vec<String>,
+}
+
+/// The scheduler as the API sees it.
+pub trait TaskService: Send + Sync + std::fmt::Debug {
+    fn submit_review(&self, s: ReviewSubmission) -> BoxFuture<'_, Result<Submitted, ServiceError>>;
+    fn submit_issue_analysis(
+        &self,
+        s: IssueAnalysisSubmission,
+    ) -> BoxFuture<'_, Result<Submitted, ServiceError>>;
+    fn submit_scan(&self, s: ScanSubmission) -> BoxFuture<'_, Result<Submitted, ServiceError>>;
+
+    /// The task document, events included.
+    fn task<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<TaskDocument, ServiceError>>;
+
+    /// Requests cancellation; returns the document as it is now (the task reaches `aborted`
+    /// once in-flight stages have stopped).
+    fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<TaskDocument, ServiceError>>;
+
+    /// Events after position `after`, waiting up to `wait` when there are none yet.
+    fn events<'a>(
+        &'a self,
+        id: &'a str,
+        after: Option<&'a str>,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<StoredEvent>, ServiceError>>;
+
+    fn readiness(&self) -> BoxFuture<'_, Readiness>;
+}

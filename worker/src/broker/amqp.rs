@@ -1,0 +1,1 @@
+//! Placeholder: the RabbitMQ broker (lapin) lands with the broker work.

@@ -1,0 +1,1 @@
+//! Placeholder: the in-memory broker lands with the broker work.

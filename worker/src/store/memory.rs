@@ -1,0 +1,1 @@
+//! Placeholder: in-memory stores land with the store work.

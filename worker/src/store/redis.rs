@@ -1,0 +1,1 @@
+//! Placeholder: Redis stores land with the store work.
