@@ -183,6 +183,50 @@ async fn each_commit_has_its_own_tree_and_no_history() {
 }
 
 #[tokio::test]
+async fn the_change_between_two_revisions_is_their_git_diff() {
+    let f = Fixture::two_commits();
+    let source = f.source(u64::MAX);
+    let cancel = CancellationToken::new();
+    let base_short = &f.commits[0][..10];
+    let change = source
+        .change(&f.local(), base_short, "main", &cancel)
+        .await
+        .unwrap();
+    assert_eq!(change.base, f.commits[0], "revisions come back as full ids");
+    assert_eq!(change.head, f.commits[1]);
+    assert!(
+        change.diff.contains("diff --git a/a.txt b/a.txt"),
+        "{}",
+        change.diff
+    );
+    assert!(
+        change.diff.contains("-first\n+second") || change.diff.contains("-first\n+second\n"),
+        "{}",
+        change.diff
+    );
+    assert!(
+        change.diff.contains("new file mode"),
+        "docs/guide.md is added"
+    );
+    let parsed = verdict_proto::diff::parse(&change.diff);
+    assert!(parsed.warnings.is_empty());
+    assert_eq!(parsed.files.len(), 3);
+
+    let missing = source
+        .change(
+            &f.local(),
+            "0000000000000000000000000000000000000000",
+            "main",
+            &cancel,
+        )
+        .await;
+    assert!(
+        matches!(missing, Err(RepoError::CommitNotFound { .. })),
+        "{missing:?}"
+    );
+}
+
+#[tokio::test]
 async fn abbreviated_shas_and_branches_share_the_cache_entry() {
     let fx = Fixture::two_commits();
     let source = fx.source(u64::MAX);

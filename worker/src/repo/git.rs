@@ -45,7 +45,7 @@ use verdict_proto::wire::RepositoryRef;
 
 use super::cache::{self, CacheStats, SnapshotCache};
 use super::scratch::ScratchDir;
-use super::{RepoError, RepositorySource, Snapshot, redact_url};
+use super::{Change, RepoError, RepositorySource, Snapshot, redact_url};
 use crate::BoxFuture;
 
 /// Git variables a worker may inherit that would point git at another repository.
@@ -402,6 +402,59 @@ impl GitRepositorySource {
     }
 }
 
+impl GitRepositorySource {
+    async fn take_change(
+        &self,
+        url: &str,
+        base: &str,
+        head: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Change, RepoError> {
+        if cancel.is_cancelled() {
+            return Err(RepoError::Cancelled);
+        }
+        for commit in [base, head] {
+            validate(&RepositoryRef {
+                url: url.to_owned(),
+                commit: commit.to_owned(),
+                base: None,
+            })?;
+        }
+        let remote = Remote {
+            url,
+            shown: redact_url(url),
+        };
+        let mirror = self.mirrors_dir.join(sha256_hex(&remote.shown));
+        let lock = self
+            .locks
+            .get(&format!("mirror {}", sha256_hex(&remote.shown)));
+        let _held = cancellable(cancel, lock.lock()).await?;
+        self.ensure_mirror(&mirror, &remote, cancel).await?;
+        let base = self.resolve(&mirror, &remote, base, cancel).await?;
+        let head = self.resolve(&mirror, &remote, head, cancel).await?;
+        let mut diff = self.git(Some(&mirror));
+        diff.args([
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "-M",
+            &base,
+            &head,
+            "--",
+        ]);
+        let out = self.run(diff, cancel).await?;
+        if !out.status.success() {
+            return Err(git_failed("git diff", &remote, &out));
+        }
+        Ok(Change {
+            base,
+            head,
+            diff: String::from_utf8_lossy(&out.stdout).into_owned(),
+        })
+    }
+}
+
 impl RepositorySource for GitRepositorySource {
     fn snapshot<'a>(
         &'a self,
@@ -409,6 +462,16 @@ impl RepositorySource for GitRepositorySource {
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Snapshot, RepoError>> {
         Box::pin(self.take_snapshot(repo, cancel))
+    }
+
+    fn change<'a>(
+        &'a self,
+        url: &'a str,
+        base: &'a str,
+        head: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Change, RepoError>> {
+        Box::pin(self.take_change(url, base, head, cancel))
     }
 }
 

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use verdict_proto::wire::RepositoryRef;
 
 use super::scratch::ScratchDir;
-use super::{RepoError, RepositorySource, Snapshot, redact_url};
+use super::{Change, RepoError, RepositorySource, Snapshot, redact_url};
 use crate::BoxFuture;
 
 /// The files of one repository at one commit. Paths are relative, `/`-separated, without `..`.
@@ -101,6 +101,8 @@ pub struct MemoryRepositorySource {
 #[derive(Debug, Default)]
 struct MemoryState {
     trees: HashMap<TreeKey, MemoryTree>,
+    /// Declared changes: (url, base, head) → diff text.
+    changes: HashMap<(String, String, String), String>,
     /// Where trees are written, created on first use.
     scratch: Option<Arc<ScratchDir>>,
     written: HashMap<TreeKey, PathBuf>,
@@ -124,6 +126,20 @@ impl MemoryRepositorySource {
     pub fn with(self, url: impl Into<String>, commit: impl Into<String>, tree: MemoryTree) -> Self {
         self.insert(url, commit, tree);
         self
+    }
+
+    /// Declares the diff between `base` and `head` of `url` (the in-memory source does not
+    /// compute diffs; tests and `verdict dev` fixtures state them).
+    pub fn insert_change(
+        &self,
+        url: impl Into<String>,
+        base: impl Into<String>,
+        head: impl Into<String>,
+        diff: impl Into<String>,
+    ) {
+        self.lock()
+            .changes
+            .insert((url.into(), base.into(), head.into()), diff.into());
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MemoryState> {
@@ -186,6 +202,36 @@ impl RepositorySource for MemoryRepositorySource {
                 return Err(RepoError::Cancelled);
             }
             self.take_snapshot(repo)
+        })
+    }
+
+    fn change<'a>(
+        &'a self,
+        url: &'a str,
+        base: &'a str,
+        head: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Change, RepoError>> {
+        let found = self
+            .lock()
+            .changes
+            .get(&(url.to_owned(), base.to_owned(), head.to_owned()))
+            .cloned();
+        Box::pin(async move {
+            if cancel.is_cancelled() {
+                return Err(RepoError::Cancelled);
+            }
+            match found {
+                Some(diff) => Ok(Change {
+                    base: base.to_owned(),
+                    head: head.to_owned(),
+                    diff,
+                }),
+                None => Err(RepoError::CommitNotFound {
+                    url: redact_url(url),
+                    commit: format!("{base}..{head}"),
+                }),
+            }
         })
     }
 }

@@ -45,6 +45,25 @@ pub trait RepositorySource: Send + Sync + fmt::Debug {
         repo: &'a RepositoryRef,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Snapshot, RepoError>>;
+
+    /// The change from `base` to `head` of the repository at `url`: both revisions resolved to
+    /// full commit ids, and the unified diff between them (`git diff -M`, no colour, no external
+    /// diff drivers). Non-UTF-8 content is replaced with U+FFFD.
+    fn change<'a>(
+        &'a self,
+        url: &'a str,
+        base: &'a str,
+        head: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Change, RepoError>>;
+}
+
+/// A change between two revisions: what a pull-request review looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub base: String,
+    pub head: String,
+    pub diff: String,
 }
 
 /// A directory tree of one repository at one commit. Cloning shares the lease: the backend keeps
