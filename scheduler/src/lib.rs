@@ -1,9 +1,22 @@
 //! verdict's task owner: intake, pipelines and their degradation policy, task state, progress
 //! streams and the HTTP API.
 //!
-//! # Layout
+//! # Layout (in the order a task flows through it)
+//! - [`service`]: the `TaskService` trait the API and CLI talk to, and the submissions.
+//! - [`engine`]: the `Scheduler` implementing it: intake, results loop, sweeper, all on the
+//!   broker and store traits.
+//! - [`intake`]: a review's diff stored and cut into per-file pieces, with coverage.
+//! - [`task`]: the task record (one versioned document per task).
+//! - [`pipeline`]: S1–S7 as a pure state machine over the record.
+//! - [`result`]: result models and the multi-stage result policy.
 //! - [`document`]: the task document the API returns.
-//! - [`service`]: the `TaskService` trait the API and CLI talk to.
+//! - [`metrics`]: every scheduler metric.
 
 pub mod document;
+pub mod engine;
+pub mod intake;
+pub mod metrics;
+pub mod pipeline;
+pub mod result;
 pub mod service;
+pub mod task;

@@ -19,6 +19,7 @@
 
 pub mod broker;
 pub mod clock;
+pub mod consumer;
 pub mod deadline;
 pub mod events;
 pub mod executor;
@@ -31,6 +32,7 @@ pub mod repo;
 pub mod retry;
 pub mod store;
 pub mod tools;
+pub mod trace;
 pub mod transcript;
 
 use std::future::Future;

@@ -1,0 +1,72 @@
+//! Every metric the scheduler exports, in one place (SPEC O1). Labels are bounded: task kind,
+//! terminal state, stage, outcome — never task, PR or repository ids.
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+#[derive(Debug, Clone)]
+pub struct SchedulerMetrics {
+    /// `verdict_tasks_submitted_total{kind}`
+    pub submitted: IntCounterVec,
+    /// `verdict_tasks_total{kind, state}`: tasks that reached a terminal state.
+    pub finished: IntCounterVec,
+    /// `verdict_tasks_active`: tasks queued or running, as seen by this replica's last sweep.
+    pub active: IntGauge,
+    /// `verdict_triage_fallbacks_total`
+    pub triage_fallbacks: IntCounter,
+    /// `verdict_stage_dispatches_total{stage}`
+    pub dispatches: IntCounterVec,
+    /// `verdict_stage_results_total{stage, outcome}`: results applied to tasks.
+    pub results: IntCounterVec,
+    /// `verdict_dead_letters_total{queue}`: messages the scheduler dead-lettered as poison.
+    pub dead_letters: IntCounterVec,
+    /// `verdict_task_conflicts_total`: compare-and-set retries (replicas racing on one task).
+    pub conflicts: IntCounter,
+}
+
+impl SchedulerMetrics {
+    pub fn register(registry: &Registry) -> Result<SchedulerMetrics, prometheus::Error> {
+        let m = SchedulerMetrics {
+            submitted: IntCounterVec::new(
+                Opts::new("verdict_tasks_submitted_total", "Tasks submitted, by kind."),
+                &["kind"],
+            )?,
+            finished: IntCounterVec::new(
+                Opts::new(
+                    "verdict_tasks_total",
+                    "Tasks that reached a terminal state, by kind and state (completed, skipped, degraded, incomplete, aborted).",
+                ),
+                &["kind", "state"],
+            )?,
+            active: IntGauge::new("verdict_tasks_active", "Tasks queued or running (last sweep).")?,
+            triage_fallbacks: IntCounter::new(
+                "verdict_triage_fallbacks_total",
+                "Reviews that continued by default because triage output was invalid after repair.",
+            )?,
+            dispatches: IntCounterVec::new(
+                Opts::new("verdict_stage_dispatches_total", "Stage requests published, by stage."),
+                &["stage"],
+            )?,
+            results: IntCounterVec::new(
+                Opts::new("verdict_stage_results_total", "Stage results applied to tasks, by stage and outcome."),
+                &["stage", "outcome"],
+            )?,
+            dead_letters: IntCounterVec::new(
+                Opts::new("verdict_dead_letters_total", "Messages dead-lettered as poison, by queue."),
+                &["queue"],
+            )?,
+            conflicts: IntCounter::new(
+                "verdict_task_conflicts_total",
+                "Task updates retried because another replica changed the task first.",
+            )?,
+        };
+        registry.register(Box::new(m.submitted.clone()))?;
+        registry.register(Box::new(m.finished.clone()))?;
+        registry.register(Box::new(m.active.clone()))?;
+        registry.register(Box::new(m.triage_fallbacks.clone()))?;
+        registry.register(Box::new(m.dispatches.clone()))?;
+        registry.register(Box::new(m.results.clone()))?;
+        registry.register(Box::new(m.dead_letters.clone()))?;
+        registry.register(Box::new(m.conflicts.clone()))?;
+        Ok(m)
+    }
+}

@@ -1,0 +1,203 @@
+//! The task record: everything the scheduler keeps about one task, stored as one versioned
+//! document so that every change is a compare-and-set (several scheduler replicas never
+//! double-advance a task).
+
+use serde::{Deserialize, Serialize};
+use verdict_proto::Language;
+use verdict_proto::outcome::StageOutcome;
+use verdict_proto::wire::{
+    InputRef, Priority, ProgressEvent, RepositoryRef, StageKind, StageRequest, Usage,
+};
+
+use crate::document::{Coverage, StageView, TaskDocument, TaskKind, TaskState, Timings};
+use crate::service::IssueInput;
+
+/// Which pipeline a task runs (SPEC S1–S4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PipelineKind {
+    /// S1: triage → summary → reviewers → validator → result.
+    Multi,
+    /// S2: one agentic review stage producing P1.
+    Single,
+    /// S3.
+    IssueAnalysis,
+    /// S4.
+    Scan,
+}
+
+impl PipelineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PipelineKind::Multi => "multi",
+            PipelineKind::Single => "single",
+            PipelineKind::IssueAnalysis => "issue-analysis",
+            PipelineKind::Scan => "scan",
+        }
+    }
+
+    pub fn task_kind(self) -> TaskKind {
+        match self {
+            PipelineKind::Multi | PipelineKind::Single => TaskKind::Review,
+            PipelineKind::IssueAnalysis => TaskKind::IssueAnalysis,
+            PipelineKind::Scan => TaskKind::Scan,
+        }
+    }
+}
+
+/// Where one stage is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageStatus {
+    /// Planned and written to the record, not yet confirmed as published (the outbox: a
+    /// sweeper republishes stages left here by a crash).
+    Planned,
+    /// Published to the broker.
+    Dispatched,
+    /// Its result is recorded.
+    Done,
+}
+
+/// One stage of a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageRecord {
+    pub id: String,
+    pub kind: StageKind,
+    pub required: bool,
+    pub status: StageStatus,
+    /// The request as published (kept so it can be republished identically).
+    pub request: StageRequest,
+    #[serde(default)]
+    pub outcome: Option<StageOutcome>,
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default)]
+    pub usage: Usage,
+    #[serde(default)]
+    pub planned_unix_ms: u64,
+    #[serde(default)]
+    pub finished_unix_ms: Option<u64>,
+}
+
+/// The material a task's stages are built from.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TaskInputs {
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub body: Option<String>,
+    /// The review's whole diff, stored once by content hash.
+    #[serde(default)]
+    pub diff: Option<InputRef>,
+    /// Per-file pieces of the diff, for sharding reviewers.
+    #[serde(default)]
+    pub diff_files: Vec<DiffFile>,
+    #[serde(default)]
+    pub issue: Option<IssueInput>,
+    /// One line per changed file with its added/removed line counts: what triage looks at.
+    #[serde(default)]
+    pub diffstat: Option<String>,
+}
+
+/// One file's part of the review diff.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiffFile {
+    pub path: String,
+    pub bytes: usize,
+    /// The file's diff text, stored by hash.
+    pub input: InputRef,
+    /// Why this file is not sent to reviewers, if it is not.
+    #[serde(default)]
+    pub excluded: Option<String>,
+}
+
+/// The task as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub id: String,
+    pub pipeline: PipelineKind,
+    pub state: TaskState,
+    #[serde(default)]
+    pub reason: Option<String>,
+    pub language: Language,
+    pub priority: Priority,
+    #[serde(default)]
+    pub repository: Option<RepositoryRef>,
+    pub inputs: TaskInputs,
+    pub settings: crate::pipeline::PipelineSettings,
+    pub stages: Vec<StageRecord>,
+    #[serde(default)]
+    pub result: Option<serde_json::Value>,
+    #[serde(default)]
+    pub coverage: Coverage,
+    pub created_unix_ms: u64,
+    #[serde(default)]
+    pub started_unix_ms: Option<u64>,
+    #[serde(default)]
+    pub finished_unix_ms: Option<u64>,
+    pub deadline_unix_ms: u64,
+    /// Triage fell back to "review" (S5).
+    #[serde(default)]
+    pub triage_fallback: bool,
+}
+
+impl TaskRecord {
+    pub fn stage(&self, id: &str) -> Option<&StageRecord> {
+        self.stages.iter().find(|s| s.id == id)
+    }
+
+    pub fn stage_mut(&mut self, id: &str) -> Option<&mut StageRecord> {
+        self.stages.iter_mut().find(|s| s.id == id)
+    }
+
+    pub fn usage(&self) -> Usage {
+        self.stages.iter().fold(Usage::default(), |acc, s| Usage {
+            calls: acc.calls + s.usage.calls,
+            input_tokens: acc.input_tokens + s.usage.input_tokens,
+            output_tokens: acc.output_tokens + s.usage.output_tokens,
+        })
+    }
+
+    /// The public document, with the given events.
+    pub fn document(&self, events: Vec<ProgressEvent>) -> TaskDocument {
+        TaskDocument {
+            id: self.id.clone(),
+            kind: self.pipeline.task_kind(),
+            pipeline: self.pipeline.as_str().to_owned(),
+            state: self.state,
+            reason: self.reason.clone(),
+            result: self.result.clone(),
+            stages: self.stages.iter().map(stage_view).collect(),
+            events,
+            coverage: self.coverage.clone(),
+            timings: Timings {
+                created_unix_ms: self.created_unix_ms,
+                started_unix_ms: self.started_unix_ms,
+                finished_unix_ms: self.finished_unix_ms,
+                deadline_unix_ms: self.deadline_unix_ms,
+            },
+            usage: self.usage(),
+        }
+    }
+}
+
+fn stage_view(s: &StageRecord) -> StageView {
+    StageView {
+        id: s.id.clone(),
+        stage: s.kind,
+        required: s.required,
+        status: match s.status {
+            StageStatus::Planned => "pending",
+            StageStatus::Dispatched => "running",
+            StageStatus::Done => "done",
+        }
+        .to_owned(),
+        outcome: s.outcome.as_ref().map(|o| o.label().to_owned()),
+        failure_kind: s.outcome.as_ref().and_then(StageOutcome::failure_kind),
+        detail: s.outcome.clone(),
+        attempts: s.attempts,
+        usage: s.usage,
+        started_unix_ms: Some(s.planned_unix_ms),
+        finished_unix_ms: s.finished_unix_ms,
+    }
+}

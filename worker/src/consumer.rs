@@ -1,0 +1,359 @@
+//! The worker process loop: stage requests from the broker to the executor and results back,
+//! effectively once (SPEC E7, Q1, Q4): claim before running, record before acknowledging,
+//! requeue with delay instead of holding a slot, dead-letter what cannot be read, stop cleanly.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+use verdict_proto::outcome::{FailureKind, StageOutcome};
+use verdict_proto::wire::{self, EventType, Priority, StageRequest, StageResult};
+
+use crate::broker::{Broker, BrokerError, Delivery, Message, Route};
+use crate::executor::StageExecutor;
+use crate::store::{CancelSignals, Claim, ResultStore};
+
+/// How a worker consumes.
+#[derive(Debug, Clone)]
+pub struct ConsumerSettings {
+    /// A name unique among workers (claims are held in its name).
+    pub worker_id: String,
+    /// Interactive stages in flight (and the interactive queue's prefetch).
+    pub concurrency: u16,
+    /// Additional slots for bulk stages (0: this worker takes no bulk work).
+    pub bulk_concurrency: u16,
+    /// Requeues with delay allowed for a retryable failure before it is final (SPEC E5).
+    pub max_requeues: u32,
+    /// Largest stage request accepted; larger ones are dead-lettered (SPEC R2).
+    pub message_max_bytes: usize,
+    /// How long a claim lasts without renewal; renewed every third of it while a stage runs.
+    pub claim_ttl: Duration,
+    /// On shutdown, how long in-flight stages may take to finish before they are cancelled and
+    /// given back to the queue (SPEC Q4).
+    pub shutdown_grace: Duration,
+}
+
+/// One worker's consumer.
+#[derive(Debug, Clone)]
+pub struct Consumer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    executor: StageExecutor,
+    broker: Arc<dyn Broker>,
+    results: Arc<dyn ResultStore>,
+    cancels: Arc<dyn CancelSignals>,
+    settings: ConsumerSettings,
+    /// Cancellation tokens of running stages, by task id, each with a unique number.
+    running: Mutex<HashMap<String, Vec<(u64, CancellationToken)>>>,
+    next_run: std::sync::atomic::AtomicU64,
+}
+
+impl Consumer {
+    pub fn new(
+        executor: StageExecutor,
+        broker: Arc<dyn Broker>,
+        results: Arc<dyn ResultStore>,
+        cancels: Arc<dyn CancelSignals>,
+        settings: ConsumerSettings,
+    ) -> Consumer {
+        Consumer {
+            inner: Arc::new(Inner {
+                executor,
+                broker,
+                results,
+                cancels,
+                settings,
+                running: Mutex::new(HashMap::new()),
+                next_run: std::sync::atomic::AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Consumes until `shutdown` fires, then stops taking work, lets in-flight stages finish
+    /// within the grace period, cancels the rest and gives them back to the queue.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<(), BrokerError> {
+        let s = &self.inner.settings;
+        let mut interactive = self
+            .inner
+            .broker
+            .consume(Route::Stages(Priority::Interactive), s.concurrency.max(1))
+            .await?;
+        let mut bulk = if s.bulk_concurrency > 0 {
+            Some(self.inner.broker.consume(Route::Stages(Priority::Bulk), s.bulk_concurrency).await?)
+        } else {
+            None
+        };
+        let mut cancelled = match self.inner.cancels.subscribe().await {
+            Ok(rx) => Some(rx),
+            Err(e) => {
+                tracing::warn!(error = %e, "task cancellations not subscribed; stages are checked at start only");
+                None
+            }
+        };
+        // Fires when the grace period is over: in-flight stages stop and are requeued.
+        let hard_stop = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                d = interactive.next() => match d {
+                    Some(d) => { let this = self.clone(); let stop = hard_stop.clone(); tracker.spawn(async move { this.handle(d, stop).await }); }
+                    None => break,
+                },
+                d = next_or_pending(&mut bulk) => match d {
+                    Some(d) => { let this = self.clone(); let stop = hard_stop.clone(); tracker.spawn(async move { this.handle(d, stop).await }); }
+                    None => bulk = None,
+                },
+                id = recv_or_pending(&mut cancelled) => match id {
+                    Some(id) => self.cancel_task(&id),
+                    None => cancelled = None,
+                },
+            }
+        }
+        // Q4: no new deliveries; in-flight stages get the grace period.
+        drop(interactive);
+        drop(bulk);
+        tracker.close();
+        if tokio::time::timeout(s.shutdown_grace, tracker.wait()).await.is_err() {
+            tracing::warn!("grace period over; cancelling in-flight stages and requeueing them");
+            hard_stop.cancel();
+            tracker.wait().await;
+        }
+        Ok(())
+    }
+
+    fn cancel_task(&self, task_id: &str) {
+        let running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(tokens) = running.get(task_id) {
+            for (_, t) in tokens {
+                t.cancel();
+            }
+        }
+    }
+
+    /// Handles one delivery to the end: every path settles it exactly once.
+    async fn handle(&self, delivery: Delivery, hard_stop: CancellationToken) {
+        let s = &self.inner.settings;
+        let request = match wire::decode::<StageRequest>(&delivery.message.body, s.message_max_bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "dead-lettering a poison stage request");
+                match self.inner.broker.dead_letter(&delivery.message, &e.to_string()).await {
+                    Ok(()) => settle(delivery, Settle::Ack).await,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "dead-lettering failed; giving the message back");
+                        settle(delivery, Settle::Requeue).await;
+                    }
+                }
+                return;
+            }
+        };
+        let span = tracing::info_span!("consume_stage", task_id = %request.task_id, stage_id = %request.stage_id, attempt = request.attempt);
+        crate::trace::set_parent(&span, &delivery.message.headers);
+        self.handle_request(delivery, request, hard_stop).instrument(span).await;
+    }
+
+    async fn handle_request(&self, delivery: Delivery, request: StageRequest, hard_stop: CancellationToken) {
+        let s = &self.inner.settings;
+        let (task, stage) = (request.task_id.clone(), request.stage_id.clone());
+        if matches!(self.inner.cancels.is_cancelled(&task).await, Ok(true)) {
+            // The task was aborted: its stages are not run and nothing is published.
+            settle(delivery, Settle::Ack).await;
+            return;
+        }
+        match self.inner.results.claim(&task, &stage, &s.worker_id, s.claim_ttl).await {
+            Ok(Claim::Acquired) => {}
+            Ok(Claim::Done(result)) => {
+                // Redelivered after its result was recorded (E7): publish it again (the first
+                // publication may be what was lost) and acknowledge, without running.
+                let settle_as = match self.publish_result(&result).await {
+                    Ok(()) => Settle::Ack,
+                    Err(_) => Settle::Requeue,
+                };
+                settle(delivery, settle_as).await;
+                return;
+            }
+            Ok(Claim::HeldBy(owner)) => {
+                // A duplicate of a stage another live worker is running; its delivery stays
+                // unacknowledged there and comes back if that worker dies.
+                tracing::info!(%owner, "stage already running elsewhere; dropping the duplicate delivery");
+                settle(delivery, Settle::Ack).await;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot claim the stage; giving the message back");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                settle(delivery, Settle::Requeue).await;
+                return;
+            }
+        }
+
+        let token = hard_stop.child_token();
+        let run = self.track(&task, &token);
+        let renewer = self.renew_claim(&task, &stage, token.clone());
+        let execution = self.inner.executor.execute(&request, &token).await;
+        renewer.cancel();
+        self.untrack(&task, run);
+
+        let shutdown_cancelled = hard_stop.is_cancelled()
+            && matches!(execution.result.outcome, StageOutcome::ExecutionFailure { kind: FailureKind::Cancelled, .. });
+        let settle_as = if shutdown_cancelled {
+            // Q4: not a task cancellation — give the stage back for another worker.
+            Settle::Requeue
+        } else if let Some(delay) = execution.requeue_after.filter(|_| request.attempt <= s.max_requeues) {
+            self.requeue_later(&request, delay).await
+        } else {
+            self.finish(&execution.result).await
+        };
+        if let Err(e) = self.inner.results.release(&task, &stage, &s.worker_id).await {
+            tracing::debug!(error = %e, "claim not released; it expires on its own");
+        }
+        settle(delivery, settle_as).await;
+    }
+
+    /// Records the result (first write wins), then publishes the stored one. Only a recorded
+    /// result is acknowledged: if recording fails, the delivery goes back to the queue.
+    async fn finish(&self, result: &StageResult) -> Settle {
+        let stored = match self.inner.results.record(result).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::warn!(error = %e, "result not recorded; the stage will be redelivered");
+                return Settle::Requeue;
+            }
+        };
+        match self.publish_result(&stored).await {
+            Ok(()) => Settle::Ack,
+            Err(_) => Settle::Requeue,
+        }
+    }
+
+    async fn publish_result(&self, result: &StageResult) -> Result<(), BrokerError> {
+        let body = wire::encode(result).map_err(|e| BrokerError::Other(e.to_string()))?;
+        let mut message = Message { body, headers: Default::default() };
+        message.headers.insert("x-verdict-task".into(), result.task_id.clone());
+        crate::trace::inject(&mut message.headers);
+        let published = self.inner.broker.publish(Route::Results, &message).await;
+        if let Err(e) = &published {
+            tracing::warn!(error = %e, "result not published; the stage will be redelivered and republish it");
+        }
+        published
+    }
+
+    /// E5: a long wait is spent in a delay queue, not in a worker slot.
+    async fn requeue_later(&self, request: &StageRequest, delay: Duration) -> Settle {
+        let mut next = request.clone();
+        next.attempt += 1;
+        let Ok(body) = wire::encode(&next) else {
+            return Settle::Requeue;
+        };
+        let mut message = Message { body, headers: Default::default() };
+        message.headers.insert("x-verdict-task".into(), next.task_id.clone());
+        crate::trace::inject(&mut message.headers);
+        match self.inner.broker.publish_delayed(Route::Stages(next.priority), &message, delay).await {
+            Ok(()) => {
+                let mut e = crate::events::event(
+                    &next.task_id,
+                    Some(&next.stage_id),
+                    self.inner.executor.deps().clock.now_unix_ms(),
+                    EventType::StageRetry,
+                    format!(
+                        "Stage {} will be retried in {} s (attempt {}).",
+                        next.stage_id,
+                        delay.as_secs(),
+                        next.attempt
+                    ),
+                );
+                e.data = serde_json::json!({"delay_ms": delay.as_millis() as u64, "attempt": next.attempt});
+                self.inner.executor.deps().events.emit(e).await;
+                Settle::Ack
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "delayed requeue failed; giving the message back now");
+                Settle::Requeue
+            }
+        }
+    }
+
+    /// Keeps the claim alive while the stage runs.
+    fn renew_claim(&self, task: &str, stage: &str, running: CancellationToken) -> CancellationToken {
+        let stop = CancellationToken::new();
+        let this = self.clone();
+        let (task, stage, stop_inner) = (task.to_owned(), stage.to_owned(), stop.clone());
+        let every = this.inner.settings.claim_ttl / 3;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop_inner.cancelled() => return,
+                    () = running.cancelled() => return,
+                    () = tokio::time::sleep(every) => {
+                        let s = &this.inner.settings;
+                        if let Err(e) = this.inner.results.claim(&task, &stage, &s.worker_id, s.claim_ttl).await {
+                            tracing::warn!(error = %e, "claim renewal failed");
+                        }
+                    }
+                }
+            }
+        });
+        stop
+    }
+
+    fn track(&self, task: &str, token: &CancellationToken) -> u64 {
+        let run = self.inner.next_run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+        running.entry(task.to_owned()).or_default().push((run, token.clone()));
+        run
+    }
+
+    fn untrack(&self, task: &str, run: u64) {
+        let mut running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(tokens) = running.get_mut(task) {
+            tokens.retain(|(r, _)| *r != run);
+            if tokens.is_empty() {
+                running.remove(task);
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    Ack,
+    Requeue,
+}
+
+async fn settle(delivery: Delivery, how: Settle) {
+    let result = match how {
+        Settle::Ack => delivery.acker.ack().await,
+        Settle::Requeue => delivery.acker.requeue().await,
+    };
+    if let Err(e) = result {
+        // The broker will redeliver: handlers are idempotent (E7).
+        tracing::warn!(error = %e, "delivery not settled; it will be redelivered");
+    }
+}
+
+async fn next_or_pending(d: &mut Option<crate::broker::Deliveries>) -> Option<Delivery> {
+    match d {
+        Some(d) => d.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn recv_or_pending(rx: &mut Option<tokio::sync::broadcast::Receiver<String>>) -> Option<String> {
+    match rx {
+        Some(r) => loop {
+            match r.recv().await {
+                Ok(id) => return Some(id),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
