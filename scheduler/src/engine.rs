@@ -29,8 +29,8 @@ use crate::intake;
 use crate::metrics::SchedulerMetrics;
 use crate::pipeline::{self, Effects, PipelineSettings};
 use crate::service::{
-    IssueAnalysisSubmission, Readiness, ReviewSubmission, ScanSubmission, ServiceError, Submitted,
-    SubmissionOptions, TaskService,
+    IssueAnalysisSubmission, Readiness, ReviewSubmission, ScanSubmission, ServiceError,
+    SubmissionOptions, Submitted, TaskService,
 };
 use crate::task::{PipelineKind, StageStatus, TaskInputs, TaskRecord};
 
@@ -103,7 +103,10 @@ impl Scheduler {
     }
 
     /// Consumes stage results and sweeps until `shutdown`; then waits for intake jobs it started.
-    pub async fn run(&self, shutdown: CancellationToken) -> Result<(), verdict_worker::broker::BrokerError> {
+    pub async fn run(
+        &self,
+        shutdown: CancellationToken,
+    ) -> Result<(), verdict_worker::broker::BrokerError> {
         let mut results = self.deps().broker.consume(Route::Results, 32).await?;
         let mut sweep = tokio::time::interval(self.inner.settings.sweep_interval);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -127,12 +130,25 @@ impl Scheduler {
 
     /// Applies one stage result; acknowledges only once the task record holds it.
     async fn handle_result(&self, delivery: Delivery) {
-        let result = match wire::decode::<StageResult>(&delivery.message.body, self.inner.settings.message_max_bytes) {
+        let result = match wire::decode::<StageResult>(
+            &delivery.message.body,
+            self.inner.settings.message_max_bytes,
+        ) {
             Ok(r) => r,
             Err(e) => {
-                self.deps().metrics.dead_letters.with_label_values(&["results"]).inc();
+                self.deps()
+                    .metrics
+                    .dead_letters
+                    .with_label_values(&["results"])
+                    .inc();
                 tracing::warn!(error = %e, "dead-lettering a poison stage result");
-                if self.deps().broker.dead_letter(&delivery.message, &e.to_string()).await.is_ok() {
+                if self
+                    .deps()
+                    .broker
+                    .dead_letter(&delivery.message, &e.to_string())
+                    .await
+                    .is_ok()
+                {
                     let _ = delivery.acker.ack().await;
                 }
                 return;
@@ -141,14 +157,27 @@ impl Scheduler {
         let now = self.now();
         let outcome = result.outcome.label();
         let stage = result.stage.as_str();
-        match self.transition(&result.task_id, |t| pipeline::on_result(t, &result, now)).await {
+        match self
+            .transition(&result.task_id, |t| pipeline::on_result(t, &result, now))
+            .await
+        {
             Ok(_) => {
-                self.deps().metrics.results.with_label_values(&[stage, outcome]).inc();
+                self.deps()
+                    .metrics
+                    .results
+                    .with_label_values(&[stage, outcome])
+                    .inc();
                 let _ = delivery.acker.ack().await;
             }
             Err(ServiceError::NotFound(id)) => {
                 let reason = format!("stage result for unknown task {id}");
-                if self.deps().broker.dead_letter(&delivery.message, &reason).await.is_ok() {
+                if self
+                    .deps()
+                    .broker
+                    .dead_letter(&delivery.message, &reason)
+                    .await
+                    .is_ok()
+                {
                     let _ = delivery.acker.ack().await;
                 }
             }
@@ -190,8 +219,9 @@ impl Scheduler {
                 .await
                 .map_err(unavailable)?
                 .ok_or_else(|| ServiceError::NotFound(id.to_owned()))?;
-            let mut task: TaskRecord = serde_json::from_str(&stored.body)
-                .map_err(|e| ServiceError::Unavailable(format!("task {id} record is unreadable: {e}")))?;
+            let mut task: TaskRecord = serde_json::from_str(&stored.body).map_err(|e| {
+                ServiceError::Unavailable(format!("task {id} record is unreadable: {e}"))
+            })?;
             let was_terminal = task.state.is_terminal();
             let before = task.clone();
             let fx = change(&mut task);
@@ -200,12 +230,20 @@ impl Scheduler {
             }
             let body = serde_json::to_string(&task)
                 .map_err(|e| ServiceError::Unavailable(format!("encode task {id}: {e}")))?;
-            match self.deps().documents.put(&key, &body, Some(stored.version)).await.map_err(unavailable)? {
+            match self
+                .deps()
+                .documents
+                .put(&key, &body, Some(stored.version))
+                .await
+                .map_err(unavailable)?
+            {
                 Some(_) => return Ok((task, fx, was_terminal)),
                 None => self.deps().metrics.conflicts.inc(),
             }
         }
-        Err(ServiceError::Unavailable(format!("task {id} keeps changing under concurrent updates")))
+        Err(ServiceError::Unavailable(format!(
+            "task {id} keeps changing under concurrent updates"
+        )))
     }
 
     /// The side effects of a stored transition, in order: events, terminal bookkeeping, then
@@ -232,7 +270,11 @@ impl Scheduler {
         }
         if task.state.is_terminal() && !was_terminal {
             let kind = kind_label(task.pipeline);
-            self.deps().metrics.finished.with_label_values(&[kind, task.state.as_str()]).inc();
+            self.deps()
+                .metrics
+                .finished
+                .with_label_values(&[kind, task.state.as_str()])
+                .inc();
             if let Err(e) = self.deps().documents.set_remove(ACTIVE, &task.id).await {
                 tracing::warn!(error = %e, "active-task index not updated");
             }
@@ -257,7 +299,9 @@ impl Scheduler {
         }
         let mut published = Vec::new();
         for id in stage_ids {
-            let Some(stage) = task.stage(id) else { continue };
+            let Some(stage) = task.stage(id) else {
+                continue;
+            };
             if stage.status != StageStatus::Planned {
                 continue;
             }
@@ -268,16 +312,32 @@ impl Scheduler {
                     continue;
                 }
             };
-            let mut message = Message { body, headers: Default::default() };
-            message.headers.insert("x-verdict-task".into(), task.id.clone());
+            let mut message = Message {
+                body,
+                headers: Default::default(),
+            };
+            message
+                .headers
+                .insert("x-verdict-task".into(), task.id.clone());
             message.headers.insert("x-verdict-stage".into(), id.clone());
             verdict_worker::trace::inject(&mut message.headers);
-            match self.deps().broker.publish(Route::Stages(stage.request.priority), &message).await {
+            match self
+                .deps()
+                .broker
+                .publish(Route::Stages(stage.request.priority), &message)
+                .await
+            {
                 Ok(()) => {
-                    self.deps().metrics.dispatches.with_label_values(&[stage.kind.as_str()]).inc();
+                    self.deps()
+                        .metrics
+                        .dispatches
+                        .with_label_values(&[stage.kind.as_str()])
+                        .inc();
                     published.push(id.clone());
                 }
-                Err(e) => tracing::warn!(error = %e, task = %task.id, stage = %id, "stage not published; the sweeper will retry"),
+                Err(e) => {
+                    tracing::warn!(error = %e, task = %task.id, stage = %id, "stage not published; the sweeper will retry")
+                }
             }
         }
         if published.is_empty() {
@@ -307,12 +367,19 @@ impl Scheduler {
                 return;
             }
         };
-        self.deps().metrics.active.set(i64::try_from(ids.len()).unwrap_or(i64::MAX));
+        self.deps()
+            .metrics
+            .active
+            .set(i64::try_from(ids.len()).unwrap_or(i64::MAX));
         let stall = u64::try_from(self.inner.settings.stall_after.as_millis()).unwrap_or(u64::MAX);
         let now = self.now();
         for id in ids {
-            let Ok(Some(stored)) = self.deps().documents.get(&task_key(&id)).await else { continue };
-            let Ok(task) = serde_json::from_str::<TaskRecord>(&stored.body) else { continue };
+            let Ok(Some(stored)) = self.deps().documents.get(&task_key(&id)).await else {
+                continue;
+            };
+            let Ok(task) = serde_json::from_str::<TaskRecord>(&stored.body) else {
+                continue;
+            };
             if task.state.is_terminal() {
                 let _ = self.deps().documents.set_remove(ACTIVE, &id).await;
                 continue;
@@ -324,7 +391,10 @@ impl Scheduler {
             let stalled: Vec<String> = task
                 .stages
                 .iter()
-                .filter(|s| s.status == StageStatus::Planned && now.saturating_sub(s.planned_unix_ms) > stall)
+                .filter(|s| {
+                    s.status == StageStatus::Planned
+                        && now.saturating_sub(s.planned_unix_ms) > stall
+                })
                 .map(|s| s.id.clone())
                 .collect();
             if !stalled.is_empty() {
@@ -335,13 +405,19 @@ impl Scheduler {
 
     /// Prepares a queued task's inputs (for reviews: the change and its diff) and starts it.
     async fn intake(&self, id: &str) {
-        let Ok(Some(stored)) = self.deps().documents.get(&task_key(id)).await else { return };
-        let Ok(task) = serde_json::from_str::<TaskRecord>(&stored.body) else { return };
+        let Ok(Some(stored)) = self.deps().documents.get(&task_key(id)).await else {
+            return;
+        };
+        let Ok(task) = serde_json::from_str::<TaskRecord>(&stored.body) else {
+            return;
+        };
         if task.state != TaskState::Queued {
             return;
         }
         let prepared = match task.pipeline {
-            PipelineKind::Multi | PipelineKind::Single => self.prepare_review(&task).await.map(Some),
+            PipelineKind::Multi | PipelineKind::Single => {
+                self.prepare_review(&task).await.map(Some)
+            }
             // Issue analyses and scans use the repository as given; the snapshot resolves the
             // revision when a stage needs it.
             PipelineKind::IssueAnalysis | PipelineKind::Scan => {
@@ -365,7 +441,10 @@ impl Scheduler {
                 })
                 .await
             }
-            Err(reason) => self.transition(id, |t| pipeline::fail_intake(t, reason.clone(), now)).await,
+            Err(reason) => {
+                self.transition(id, |t| pipeline::fail_intake(t, reason.clone(), now))
+                    .await
+            }
         };
         if let Err(e) = outcome {
             tracing::warn!(error = %e, task = %id, "intake not recorded; the sweeper will retry");
@@ -407,12 +486,28 @@ impl Scheduler {
     async fn create(&self, mut task: TaskRecord) -> Result<Submitted, ServiceError> {
         let id = task.id.clone();
         task.created_unix_ms = self.now();
-        let body = serde_json::to_string(&task).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        if self.deps().documents.put(&task_key(&id), &body, None).await.map_err(unavailable)?.is_none() {
+        let body =
+            serde_json::to_string(&task).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        if self
+            .deps()
+            .documents
+            .put(&task_key(&id), &body, None)
+            .await
+            .map_err(unavailable)?
+            .is_none()
+        {
             return Err(ServiceError::Conflict(format!("task {id} already exists")));
         }
-        self.deps().documents.set_add(ACTIVE, &id).await.map_err(unavailable)?;
-        self.deps().metrics.submitted.with_label_values(&[kind_label(task.pipeline)]).inc();
+        self.deps()
+            .documents
+            .set_add(ACTIVE, &id)
+            .await
+            .map_err(unavailable)?;
+        self.deps()
+            .metrics
+            .submitted
+            .with_label_values(&[kind_label(task.pipeline)])
+            .inc();
         let queued = ProgressEvent {
             version: WIRE_VERSION,
             task_id: id.clone(),
@@ -420,7 +515,10 @@ impl Scheduler {
             kind: EventType::TaskQueued,
             channel: None,
             stage_id: None,
-            message: task.language.pick("Task queued.", "任务已排队。").to_owned(),
+            message: task
+                .language
+                .pick("Task queued.", "任务已排队。")
+                .to_owned(),
             data: serde_json::json!({"pipeline": task.pipeline.as_str()}),
         };
         if let Err(e) = self.deps().events.append(&queued).await {
@@ -428,7 +526,9 @@ impl Scheduler {
         }
         let this = self.clone();
         let task_id = id.clone();
-        self.inner.background.spawn(async move { this.intake(&task_id).await });
+        self.inner
+            .background
+            .spawn(async move { this.intake(&task_id).await });
         Ok(Submitted { id })
     }
 
@@ -449,7 +549,9 @@ impl Scheduler {
             .map(Duration::from_secs)
             .unwrap_or(self.inner.settings.review_timeout);
         if timeout.is_zero() {
-            return Err(ServiceError::Invalid("options.timeout_seconds must be greater than 0".into()));
+            return Err(ServiceError::Invalid(
+                "options.timeout_seconds must be greater than 0".into(),
+            ));
         }
         let mut settings = self.inner.settings.pipeline.clone();
         if let Some(n) = options.reviewers {
@@ -478,7 +580,8 @@ impl Scheduler {
             created_unix_ms: now,
             started_unix_ms: None,
             finished_unix_ms: None,
-            deadline_unix_ms: now.saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+            deadline_unix_ms: now
+                .saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
             triage_fallback: false,
         })
     }
@@ -534,12 +637,21 @@ pub fn new_id() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 fn required(field: &str, value: &str) -> Result<(), ServiceError> {
     if value.trim().is_empty() {
-        Err(ServiceError::Invalid(format!("{field} is required and must not be empty")))
+        Err(ServiceError::Invalid(format!(
+            "{field} is required and must not be empty"
+        )))
     } else {
         Ok(())
     }
@@ -560,14 +672,31 @@ impl TaskService for Scheduler {
                     )));
                 }
             };
-            let repo = RepositoryRef { url: s.repository, commit: s.head, base: Some(s.base) };
-            let inputs = TaskInputs { title: s.title, body: s.body, ..TaskInputs::default() };
-            let task = self.new_task(pipeline, Some(repo), inputs, &s.options, Priority::Interactive)?;
+            let repo = RepositoryRef {
+                url: s.repository,
+                commit: s.head,
+                base: Some(s.base),
+            };
+            let inputs = TaskInputs {
+                title: s.title,
+                body: s.body,
+                ..TaskInputs::default()
+            };
+            let task = self.new_task(
+                pipeline,
+                Some(repo),
+                inputs,
+                &s.options,
+                Priority::Interactive,
+            )?;
             self.create(task).await
         })
     }
 
-    fn submit_issue_analysis(&self, s: IssueAnalysisSubmission) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
+    fn submit_issue_analysis(
+        &self,
+        s: IssueAnalysisSubmission,
+    ) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
         Box::pin(async move {
             required("issue.title", &s.issue.title)?;
             let repo = s.repository.map(|url| RepositoryRef {
@@ -582,11 +711,22 @@ impl TaskService for Scheduler {
                     "revision is required with repository (a commit, branch or tag)".into(),
                 ));
             }
-            let inputs = TaskInputs { issue: Some(s.issue), ..TaskInputs::default() };
-            let mut task = self.new_task(PipelineKind::IssueAnalysis, repo, inputs, &s.options, Priority::Interactive)?;
+            let inputs = TaskInputs {
+                issue: Some(s.issue),
+                ..TaskInputs::default()
+            };
+            let mut task = self.new_task(
+                PipelineKind::IssueAnalysis,
+                repo,
+                inputs,
+                &s.options,
+                Priority::Interactive,
+            )?;
             if let Some(c) = s.categories {
                 if c.is_empty() || c.iter().any(|x| x.trim().is_empty()) {
-                    return Err(ServiceError::Invalid("categories must be non-empty names".into()));
+                    return Err(ServiceError::Invalid(
+                        "categories must be non-empty names".into(),
+                    ));
                 }
                 task.settings.issue_categories = Some(c);
             }
@@ -598,8 +738,18 @@ impl TaskService for Scheduler {
         Box::pin(async move {
             required("repository", &s.repository)?;
             required("revision", &s.revision)?;
-            let repo = RepositoryRef { url: s.repository, commit: s.revision, base: None };
-            let task = self.new_task(PipelineKind::Scan, Some(repo), TaskInputs::default(), &s.options, Priority::Bulk)?;
+            let repo = RepositoryRef {
+                url: s.repository,
+                commit: s.revision,
+                base: None,
+            };
+            let task = self.new_task(
+                PipelineKind::Scan,
+                Some(repo),
+                TaskInputs::default(),
+                &s.options,
+                Priority::Bulk,
+            )?;
             self.create(task).await
         })
     }
@@ -621,9 +771,15 @@ impl TaskService for Scheduler {
                 )));
             }
             let now = self.now();
-            let task = self.transition(id, |t| pipeline::cancel(t, "cancelled on request", now)).await?;
+            let task = self
+                .transition(id, |t| pipeline::cancel(t, "cancelled on request", now))
+                .await?;
             // Workers stop in-flight stages of the task.
-            self.deps().cancels.request_cancel(id).await.map_err(unavailable)?;
+            self.deps()
+                .cancels
+                .request_cancel(id)
+                .await
+                .map_err(unavailable)?;
             self.document(&task).await
         })
     }
@@ -636,8 +792,16 @@ impl TaskService for Scheduler {
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, ServiceError>> {
         Box::pin(async move {
             let task = self.load(id).await?;
-            let wait = if task.state.is_terminal() { Duration::ZERO } else { wait };
-            self.deps().events.read(id, after, wait).await.map_err(unavailable)
+            let wait = if task.state.is_terminal() {
+                Duration::ZERO
+            } else {
+                wait
+            };
+            self.deps()
+                .events
+                .read(id, after, wait)
+                .await
+                .map_err(unavailable)
         })
     }
 
@@ -651,7 +815,10 @@ impl TaskService for Scheduler {
             if let Err(e) = self.deps().documents.get("readiness-probe").await {
                 problems.push(format!("state store: {e}"));
             }
-            Readiness { ready: problems.is_empty(), problems }
+            Readiness {
+                ready: problems.is_empty(),
+                problems,
+            }
         })
     }
 }

@@ -146,11 +146,18 @@ mod tests {
         let p = prepare(&store, DIFF, 150).await.unwrap();
         assert_eq!(p.files.len(), 3);
         assert_eq!(p.coverage.files_reviewed, vec!["src/a.rs"]);
-        let reasons: Vec<&str> = p.coverage.files_not_reviewed.iter().map(|n| n.reason.as_str()).collect();
+        let reasons: Vec<&str> = p
+            .coverage
+            .files_not_reviewed
+            .iter()
+            .map(|n| n.reason.as_str())
+            .collect();
         assert_eq!(reasons[0], "binary file");
         assert!(reasons[1].contains("review budget"), "{reasons:?}");
         assert!(p.diffstat.starts_with("src/a.rs (+1 -0)\n"));
-        let InputContent::Stored { sha256, .. } = &p.files[0].input.content else { panic!() };
+        let InputContent::Stored { sha256, .. } = &p.files[0].input.content else {
+            panic!()
+        };
         assert!(store.get(sha256).await.unwrap().is_some());
     }
 

@@ -37,21 +37,33 @@ impl SchedulerMetrics {
                 ),
                 &["kind", "state"],
             )?,
-            active: IntGauge::new("verdict_tasks_active", "Tasks queued or running (last sweep).")?,
+            active: IntGauge::new(
+                "verdict_tasks_active",
+                "Tasks queued or running (last sweep).",
+            )?,
             triage_fallbacks: IntCounter::new(
                 "verdict_triage_fallbacks_total",
                 "Reviews that continued by default because triage output was invalid after repair.",
             )?,
             dispatches: IntCounterVec::new(
-                Opts::new("verdict_stage_dispatches_total", "Stage requests published, by stage."),
+                Opts::new(
+                    "verdict_stage_dispatches_total",
+                    "Stage requests published, by stage.",
+                ),
                 &["stage"],
             )?,
             results: IntCounterVec::new(
-                Opts::new("verdict_stage_results_total", "Stage results applied to tasks, by stage and outcome."),
+                Opts::new(
+                    "verdict_stage_results_total",
+                    "Stage results applied to tasks, by stage and outcome.",
+                ),
                 &["stage", "outcome"],
             )?,
             dead_letters: IntCounterVec::new(
-                Opts::new("verdict_dead_letters_total", "Messages dead-lettered as poison, by queue."),
+                Opts::new(
+                    "verdict_dead_letters_total",
+                    "Messages dead-lettered as poison, by queue.",
+                ),
                 &["queue"],
             )?,
             conflicts: IntCounter::new(

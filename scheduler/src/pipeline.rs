@@ -110,10 +110,19 @@ pub fn start(task: &mut TaskRecord, now: u64) -> Effects {
         json!({"pipeline": task.pipeline.as_str()}),
     );
     match task.pipeline {
-        PipelineKind::Multi if task.settings.triage => plan(task, StageKind::Triage, "triage", false, now, &mut fx),
+        PipelineKind::Multi if task.settings.triage => {
+            plan(task, StageKind::Triage, "triage", false, now, &mut fx)
+        }
         PipelineKind::Multi => plan(task, StageKind::Summary, "summary", true, now, &mut fx),
         PipelineKind::Single => plan(task, StageKind::Review, "review", true, now, &mut fx),
-        PipelineKind::IssueAnalysis => plan(task, StageKind::IssueAnalysis, "issue-analysis", true, now, &mut fx),
+        PipelineKind::IssueAnalysis => plan(
+            task,
+            StageKind::IssueAnalysis,
+            "issue-analysis",
+            true,
+            now,
+            &mut fx,
+        ),
         PipelineKind::Scan => plan(task, StageKind::Scan, "scan", true, now, &mut fx),
     }
     fx
@@ -135,7 +144,14 @@ pub fn cancel(task: &mut TaskRecord, reason: &str, now: u64) -> Effects {
     if task.state.is_terminal() {
         return fx;
     }
-    finish(task, TaskState::Aborted, reason.to_owned(), None, now, &mut fx);
+    finish(
+        task,
+        TaskState::Aborted,
+        reason.to_owned(),
+        None,
+        now,
+        &mut fx,
+    );
     fx
 }
 
@@ -157,7 +173,7 @@ pub fn on_result(task: &mut TaskRecord, result: &StageResult, now: u64) -> Effec
     stage.attempts = stage.attempts.max(result.attempt);
     stage.usage = result.usage;
     stage.finished_unix_ms = Some(now);
-    let (kind, id, required) = (stage.kind, stage.id.clone(), stage.required);
+    let (kind, id) = (stage.kind, stage.id.clone());
     fx.event(
         EventType::StageFinished,
         Some(&id),
@@ -167,7 +183,12 @@ pub fn on_result(task: &mut TaskRecord, result: &StageResult, now: u64) -> Effec
 
     // Execution failures fail closed, whatever the stage (E4): cancelled → aborted, anything
     // else → incomplete. Only invalid output may degrade, and only where the pipeline allows.
-    if let StageOutcome::ExecutionFailure { kind: failure, message, .. } = &result.outcome {
+    if let StageOutcome::ExecutionFailure {
+        kind: failure,
+        message,
+        ..
+    } = &result.outcome
+    {
         let (state, reason) = if *failure == FailureKind::Cancelled {
             (TaskState::Aborted, format!("stage {id} was cancelled"))
         } else {
@@ -181,18 +202,31 @@ pub fn on_result(task: &mut TaskRecord, result: &StageResult, now: u64) -> Effec
     }
 
     match (task.pipeline, kind) {
-        (PipelineKind::Multi, StageKind::Triage) => after_triage(task, &result.outcome, now, &mut fx),
-        (PipelineKind::Multi, StageKind::Summary) => after_summary(task, &result.outcome, now, &mut fx),
-        (PipelineKind::Multi, StageKind::Reviewer) => after_reviewer(task, &result.outcome, now, &mut fx),
-        (PipelineKind::Multi, StageKind::Validator) => after_validator(task, &result.outcome, now, &mut fx),
-        (PipelineKind::Single, StageKind::Review) => after_review(task, &result.outcome, now, &mut fx),
+        (PipelineKind::Multi, StageKind::Triage) => {
+            after_triage(task, &result.outcome, now, &mut fx)
+        }
+        (PipelineKind::Multi, StageKind::Summary) => {
+            after_summary(task, &result.outcome, now, &mut fx)
+        }
+        (PipelineKind::Multi, StageKind::Reviewer) => {
+            after_reviewer(task, &result.outcome, now, &mut fx)
+        }
+        (PipelineKind::Multi, StageKind::Validator) => {
+            after_validator(task, &result.outcome, now, &mut fx)
+        }
+        (PipelineKind::Single, StageKind::Review) => {
+            after_review(task, &result.outcome, now, &mut fx)
+        }
         (PipelineKind::IssueAnalysis, StageKind::IssueAnalysis) => {
             after_issue_analysis(task, &result.outcome, now, &mut fx)
         }
         (PipelineKind::Scan, StageKind::Scan) => after_scan(task, &result.outcome, now, &mut fx),
         _ => {
-            let reason = format!("stage {id} ({}) does not belong to a {} pipeline", kind.as_str(), task.pipeline.as_str());
-            let _ = required;
+            let reason = format!(
+                "stage {id} ({}) does not belong to a {} pipeline",
+                kind.as_str(),
+                task.pipeline.as_str()
+            );
             finish(task, TaskState::Incomplete, reason, None, now, &mut fx);
         }
     }
@@ -208,7 +242,14 @@ fn after_triage(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &mu
         Some(t) if !t.review => {
             let reason = t.reason.as_str().to_owned();
             let result = json!({"skipped": true, "reason": reason});
-            finish(task, TaskState::Skipped, format!("triage: {reason}"), Some(result), now, fx);
+            finish(
+                task,
+                TaskState::Skipped,
+                format!("triage: {reason}"),
+                Some(result),
+                now,
+                fx,
+            );
         }
         Some(_) => plan(task, StageKind::Summary, "summary", true, now, fx),
         None => {
@@ -244,7 +285,10 @@ fn after_summary(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &m
     for (k, files) in shards.iter().enumerate() {
         let id = format!("reviewer-{}", k + 1);
         let mut inputs = base_inputs(task);
-        inputs.push(inline("summary (from the summary stage)", summary_json.clone()));
+        inputs.push(inline(
+            "summary (from the summary stage)",
+            summary_json.clone(),
+        ));
         inputs.extend(files.iter().map(|&i| file_input(task, i)));
         plan_with(task, StageKind::Reviewer, &id, true, inputs, now, fx);
     }
@@ -254,7 +298,11 @@ fn after_reviewer(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &
     if !matches!(outcome, StageOutcome::Ok { .. }) {
         return required_invalid(task, "reviewer", now, fx);
     }
-    let reviewers: Vec<&StageRecord> = task.stages.iter().filter(|s| s.kind == StageKind::Reviewer).collect();
+    let reviewers: Vec<&StageRecord> = task
+        .stages
+        .iter()
+        .filter(|s| s.kind == StageKind::Reviewer)
+        .collect();
     if reviewers.iter().any(|s| s.status != StageStatus::Done) {
         return;
     }
@@ -267,7 +315,10 @@ fn after_reviewer(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &
         return;
     }
     let mut inputs = base_inputs(task);
-    inputs.push(inline("summary (from the summary stage)", summary_json_of(task)));
+    inputs.push(inline(
+        "summary (from the summary stage)",
+        summary_json_of(task),
+    ));
     inputs.push(inline(
         "candidate findings (validate each id)",
         serde_json::to_string_pretty(&candidates).unwrap_or_default(),
@@ -276,11 +327,21 @@ fn after_reviewer(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &
         .filter(|&i| {
             let f = &task.inputs.diff_files[i];
             f.excluded.is_none()
-                && candidates.iter().any(|c| c.finding.file.as_deref() == Some(f.path.as_str()))
+                && candidates
+                    .iter()
+                    .any(|c| c.finding.file.as_deref() == Some(f.path.as_str()))
         })
         .collect();
     inputs.extend(mentioned.iter().map(|&i| file_input(task, i)));
-    plan_with(task, StageKind::Validator, "validator", true, inputs, now, fx);
+    plan_with(
+        task,
+        StageKind::Validator,
+        "validator",
+        true,
+        inputs,
+        now,
+        fx,
+    );
 }
 
 fn after_validator(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &mut Effects) {
@@ -305,20 +366,46 @@ fn after_validator(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: 
         );
     }
     let summary = summary_of(task);
-    let r = result::assemble(&candidates, Some(&report), &summary, task.language, task.triage_fallback);
+    let r = result::assemble(
+        &candidates,
+        Some(&report),
+        &summary,
+        task.language,
+        task.triage_fallback,
+    );
     complete_review(task, r, now, fx);
 }
 
 fn after_review(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &mut Effects) {
     match outcome {
         StageOutcome::Ok { value, .. } => match serde_json::from_value::<Review>(value.clone()) {
-            Ok(review) => complete_review(task, ReviewResult::from_review(review, task.triage_fallback), now, fx),
-            Err(e) => finish(task, TaskState::Incomplete, format!("the review value could not be read: {e}"), None, now, fx),
+            Ok(review) => complete_review(
+                task,
+                ReviewResult::from_review(review, task.triage_fallback),
+                now,
+                fx,
+            ),
+            Err(e) => finish(
+                task,
+                TaskState::Incomplete,
+                format!("the review value could not be read: {e}"),
+                None,
+                now,
+                fx,
+            ),
         },
-        StageOutcome::InvalidOutput { attempts, error, .. } => {
+        StageOutcome::InvalidOutput {
+            attempts, error, ..
+        } => {
             // S7: a neutral comment, no score, no findings — explained, never an approval.
             let r = ReviewResult::degraded(task.language, *attempts);
-            degrade(task, serde_json::to_value(&r).unwrap_or(Value::Null), error, now, fx);
+            degrade(
+                task,
+                serde_json::to_value(&r).unwrap_or(Value::Null),
+                error,
+                now,
+                fx,
+            );
         }
         StageOutcome::ExecutionFailure { .. } => {}
     }
@@ -329,11 +416,19 @@ fn after_issue_analysis(task: &mut TaskRecord, outcome: &StageOutcome, now: u64,
         StageOutcome::Ok { value, .. } => {
             let mut v = value.clone();
             mark(&mut v, false);
-            finish(task, TaskState::Completed, "issue analysed".to_owned(), Some(v), now, fx);
+            finish(
+                task,
+                TaskState::Completed,
+                "issue analysed".to_owned(),
+                Some(v),
+                now,
+                fx,
+            );
         }
         StageOutcome::InvalidOutput { error, .. } => {
             // SPEC 2a: category other, priority medium, "cannot be assessed", empty lists.
-            let mut v = serde_json::to_value(IssueAnalysis::degraded(task.language)).unwrap_or(Value::Null);
+            let mut v =
+                serde_json::to_value(IssueAnalysis::degraded(task.language)).unwrap_or(Value::Null);
             mark(&mut v, true);
             degrade(task, v, error, now, fx);
         }
@@ -346,7 +441,14 @@ fn after_scan(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &mut 
         StageOutcome::Ok { value, .. } => {
             let mut v = value.clone();
             mark(&mut v, false);
-            finish(task, TaskState::Completed, "repository scanned".to_owned(), Some(v), now, fx);
+            finish(
+                task,
+                TaskState::Completed,
+                "repository scanned".to_owned(),
+                Some(v),
+                now,
+                fx,
+            );
         }
         StageOutcome::InvalidOutput { error, .. } => {
             // SPEC 2a: no score, no findings.
@@ -419,8 +521,18 @@ fn finish(
     // Stages still planned are never published after the end.
     fx.planned.clear();
     match state {
-        TaskState::Incomplete => fx.event(EventType::Failed, None, format!("Task incomplete: {reason}."), json!({"reason": reason})),
-        TaskState::Aborted => fx.event(EventType::Cancelled, None, format!("Task aborted: {reason}."), json!({"reason": reason})),
+        TaskState::Incomplete => fx.event(
+            EventType::Failed,
+            None,
+            format!("Task incomplete: {reason}."),
+            json!({"reason": reason}),
+        ),
+        TaskState::Aborted => fx.event(
+            EventType::Cancelled,
+            None,
+            format!("Task aborted: {reason}."),
+            json!({"reason": reason}),
+        ),
         _ => {}
     }
     fx.event(
@@ -431,7 +543,14 @@ fn finish(
     );
 }
 
-fn plan(task: &mut TaskRecord, kind: StageKind, id: &str, required: bool, now: u64, fx: &mut Effects) {
+fn plan(
+    task: &mut TaskRecord,
+    kind: StageKind,
+    id: &str,
+    required: bool,
+    now: u64,
+    fx: &mut Effects,
+) {
     let inputs = match kind {
         StageKind::Triage => {
             let mut i = base_inputs(task);
@@ -473,15 +592,20 @@ fn plan_with(
     now: u64,
     fx: &mut Effects,
 ) {
-    let settings = task.settings.stages.get(&kind).cloned().unwrap_or(StageSettings {
-        provider: None,
-        model: None,
-        tools: Vec::new(),
-        repair: RepairPolicy {
-            mode: verdict_proto::repair::RepairMode::default_for(kind.default_protocol()),
-            max_attempts: verdict_proto::repair::DEFAULT_MAX_ATTEMPTS,
-        },
-    });
+    let settings = task
+        .settings
+        .stages
+        .get(&kind)
+        .cloned()
+        .unwrap_or(StageSettings {
+            provider: None,
+            model: None,
+            tools: Vec::new(),
+            repair: RepairPolicy {
+                mode: verdict_proto::repair::RepairMode::default_for(kind.default_protocol()),
+                max_attempts: verdict_proto::repair::DEFAULT_MAX_ATTEMPTS,
+            },
+        });
     let validate = ValidateOptions {
         issue_categories: if kind == StageKind::IssueAnalysis {
             task.settings.issue_categories.clone()
@@ -532,7 +656,10 @@ fn plan_with(
 /// Splits the reviewable files across reviewers, balancing bytes: at least the configured number
 /// of reviewers (when there are that many files), more when a shard would exceed its budget.
 fn shard(task: &TaskRecord, included: &[usize]) -> Vec<Vec<usize>> {
-    let total: usize = included.iter().map(|&i| task.inputs.diff_files[i].bytes).sum();
+    let total: usize = included
+        .iter()
+        .map(|&i| task.inputs.diff_files[i].bytes)
+        .sum();
     let per = task.settings.max_diff_bytes_per_reviewer.max(1);
     let wanted = usize::from(task.settings.reviewers.max(1)).max(total.div_ceil(per));
     let n = wanted.min(included.len()).clamp(1, MAX_REVIEWERS);
@@ -543,7 +670,11 @@ fn shard(task: &TaskRecord, included: &[usize]) -> Vec<Vec<usize>> {
             target.1.push(i);
         }
     }
-    shards.into_iter().map(|(_, files)| files).filter(|f| !f.is_empty()).collect()
+    shards
+        .into_iter()
+        .map(|(_, files)| files)
+        .filter(|f| !f.is_empty())
+        .collect()
 }
 
 fn reviewer_reports(task: &TaskRecord) -> Vec<ReviewerReport> {
@@ -658,9 +789,18 @@ pub fn stage_title(id: &str, language: Language) -> String {
 fn finished_message(id: &str, outcome: &StageOutcome, language: Language) -> String {
     let title = stage_title(id, language);
     match outcome {
-        StageOutcome::Ok { repaired: false, .. } => format!("{title} finished."),
-        StageOutcome::Ok { repaired: true, attempts, .. } => {
-            format!("{title} finished after {} repair round(s).", attempts.saturating_sub(1))
+        StageOutcome::Ok {
+            repaired: false, ..
+        } => format!("{title} finished."),
+        StageOutcome::Ok {
+            repaired: true,
+            attempts,
+            ..
+        } => {
+            format!(
+                "{title} finished after {} repair round(s).",
+                attempts.saturating_sub(1)
+            )
         }
         StageOutcome::InvalidOutput { .. } => {
             format!("{title} finished: the answer never followed the required format.")

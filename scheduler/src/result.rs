@@ -165,7 +165,10 @@ pub fn assemble(
 
 /// Which candidate ids a validator report missed or invented (checked by the scheduler, since the
 /// validator contract cannot know the candidates).
-pub fn verdict_coverage(candidates: &[Candidate], report: &ValidatorReport) -> (Vec<String>, Vec<String>) {
+pub fn verdict_coverage(
+    candidates: &[Candidate],
+    report: &ValidatorReport,
+) -> (Vec<String>, Vec<String>) {
     let missing = candidates
         .iter()
         .filter(|c| !report.verdicts.iter().any(|v| v.id.as_str() == c.id))
@@ -196,10 +199,20 @@ mod tests {
 
     #[test]
     fn policy_scores_caps_and_decides() {
-        let r1 = report(&format!(r#"{{"findings": [{}, {}], "files_reviewed": ["src/a.rs"]}}"#, finding("minor", "a"), finding("major", "b")));
-        let r2 = report(&format!(r#"{{"findings": [{}], "files_reviewed": ["src/b.rs"]}}"#, finding("critical", "c")));
+        let r1 = report(&format!(
+            r#"{{"findings": [{}, {}], "files_reviewed": ["src/a.rs"]}}"#,
+            finding("minor", "a"),
+            finding("major", "b")
+        ));
+        let r2 = report(&format!(
+            r#"{{"findings": [{}], "files_reviewed": ["src/b.rs"]}}"#,
+            finding("critical", "c")
+        ));
         let c = candidates(&[r1, r2]);
-        assert_eq!(c.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["F1", "F2", "F3"]);
+        assert_eq!(
+            c.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+            ["F1", "F2", "F3"]
+        );
 
         let verdicts = verdict_proto::contracts::validator::parse(
             r#"{"verdicts": [{"id": "F1", "verdict": "confirmed", "severity": null, "reason": "r"}, {"id": "F2", "verdict": "confirmed", "severity": "minor", "reason": "r"}, {"id": "F3", "verdict": "rejected", "severity": null, "reason": "r"}]}"#,

@@ -85,7 +85,12 @@ impl Consumer {
             .consume(Route::Stages(Priority::Interactive), s.concurrency.max(1))
             .await?;
         let mut bulk = if s.bulk_concurrency > 0 {
-            Some(self.inner.broker.consume(Route::Stages(Priority::Bulk), s.bulk_concurrency).await?)
+            Some(
+                self.inner
+                    .broker
+                    .consume(Route::Stages(Priority::Bulk), s.bulk_concurrency)
+                    .await?,
+            )
         } else {
             None
         };
@@ -120,7 +125,10 @@ impl Consumer {
         drop(interactive);
         drop(bulk);
         tracker.close();
-        if tokio::time::timeout(s.shutdown_grace, tracker.wait()).await.is_err() {
+        if tokio::time::timeout(s.shutdown_grace, tracker.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("grace period over; cancelling in-flight stages and requeueing them");
             hard_stop.cancel();
             tracker.wait().await;
@@ -129,7 +137,11 @@ impl Consumer {
     }
 
     fn cancel_task(&self, task_id: &str) {
-        let running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let running = self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(tokens) = running.get(task_id) {
             for (_, t) in tokens {
                 t.cancel();
@@ -140,11 +152,19 @@ impl Consumer {
     /// Handles one delivery to the end: every path settles it exactly once.
     async fn handle(&self, delivery: Delivery, hard_stop: CancellationToken) {
         let s = &self.inner.settings;
-        let request = match wire::decode::<StageRequest>(&delivery.message.body, s.message_max_bytes) {
+        let request = match wire::decode::<StageRequest>(
+            &delivery.message.body,
+            s.message_max_bytes,
+        ) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "dead-lettering a poison stage request");
-                match self.inner.broker.dead_letter(&delivery.message, &e.to_string()).await {
+                match self
+                    .inner
+                    .broker
+                    .dead_letter(&delivery.message, &e.to_string())
+                    .await
+                {
                     Ok(()) => settle(delivery, Settle::Ack).await,
                     Err(err) => {
                         tracing::warn!(error = %err, "dead-lettering failed; giving the message back");
@@ -156,10 +176,17 @@ impl Consumer {
         };
         let span = tracing::info_span!("consume_stage", task_id = %request.task_id, stage_id = %request.stage_id, attempt = request.attempt);
         crate::trace::set_parent(&span, &delivery.message.headers);
-        self.handle_request(delivery, request, hard_stop).instrument(span).await;
+        self.handle_request(delivery, request, hard_stop)
+            .instrument(span)
+            .await;
     }
 
-    async fn handle_request(&self, delivery: Delivery, request: StageRequest, hard_stop: CancellationToken) {
+    async fn handle_request(
+        &self,
+        delivery: Delivery,
+        request: StageRequest,
+        hard_stop: CancellationToken,
+    ) {
         let s = &self.inner.settings;
         let (task, stage) = (request.task_id.clone(), request.stage_id.clone());
         if matches!(self.inner.cancels.is_cancelled(&task).await, Ok(true)) {
@@ -167,7 +194,12 @@ impl Consumer {
             settle(delivery, Settle::Ack).await;
             return;
         }
-        match self.inner.results.claim(&task, &stage, &s.worker_id, s.claim_ttl).await {
+        match self
+            .inner
+            .results
+            .claim(&task, &stage, &s.worker_id, s.claim_ttl)
+            .await
+        {
             Ok(Claim::Acquired) => {}
             Ok(Claim::Done(result)) => {
                 // Redelivered after its result was recorded (E7): publish it again (the first
@@ -202,16 +234,30 @@ impl Consumer {
         self.untrack(&task, run);
 
         let shutdown_cancelled = hard_stop.is_cancelled()
-            && matches!(execution.result.outcome, StageOutcome::ExecutionFailure { kind: FailureKind::Cancelled, .. });
+            && matches!(
+                execution.result.outcome,
+                StageOutcome::ExecutionFailure {
+                    kind: FailureKind::Cancelled,
+                    ..
+                }
+            );
         let settle_as = if shutdown_cancelled {
             // Q4: not a task cancellation — give the stage back for another worker.
             Settle::Requeue
-        } else if let Some(delay) = execution.requeue_after.filter(|_| request.attempt <= s.max_requeues) {
+        } else if let Some(delay) = execution
+            .requeue_after
+            .filter(|_| request.attempt <= s.max_requeues)
+        {
             self.requeue_later(&request, delay).await
         } else {
             self.finish(&execution.result).await
         };
-        if let Err(e) = self.inner.results.release(&task, &stage, &s.worker_id).await {
+        if let Err(e) = self
+            .inner
+            .results
+            .release(&task, &stage, &s.worker_id)
+            .await
+        {
             tracing::debug!(error = %e, "claim not released; it expires on its own");
         }
         settle(delivery, settle_as).await;
@@ -235,8 +281,13 @@ impl Consumer {
 
     async fn publish_result(&self, result: &StageResult) -> Result<(), BrokerError> {
         let body = wire::encode(result).map_err(|e| BrokerError::Other(e.to_string()))?;
-        let mut message = Message { body, headers: Default::default() };
-        message.headers.insert("x-verdict-task".into(), result.task_id.clone());
+        let mut message = Message {
+            body,
+            headers: Default::default(),
+        };
+        message
+            .headers
+            .insert("x-verdict-task".into(), result.task_id.clone());
         crate::trace::inject(&mut message.headers);
         let published = self.inner.broker.publish(Route::Results, &message).await;
         if let Err(e) = &published {
@@ -252,10 +303,20 @@ impl Consumer {
         let Ok(body) = wire::encode(&next) else {
             return Settle::Requeue;
         };
-        let mut message = Message { body, headers: Default::default() };
-        message.headers.insert("x-verdict-task".into(), next.task_id.clone());
+        let mut message = Message {
+            body,
+            headers: Default::default(),
+        };
+        message
+            .headers
+            .insert("x-verdict-task".into(), next.task_id.clone());
         crate::trace::inject(&mut message.headers);
-        match self.inner.broker.publish_delayed(Route::Stages(next.priority), &message, delay).await {
+        match self
+            .inner
+            .broker
+            .publish_delayed(Route::Stages(next.priority), &message, delay)
+            .await
+        {
             Ok(()) => {
                 let mut e = crate::events::event(
                     &next.task_id,
@@ -281,7 +342,12 @@ impl Consumer {
     }
 
     /// Keeps the claim alive while the stage runs.
-    fn renew_claim(&self, task: &str, stage: &str, running: CancellationToken) -> CancellationToken {
+    fn renew_claim(
+        &self,
+        task: &str,
+        stage: &str,
+        running: CancellationToken,
+    ) -> CancellationToken {
         let stop = CancellationToken::new();
         let this = self.clone();
         let (task, stage, stop_inner) = (task.to_owned(), stage.to_owned(), stop.clone());
@@ -304,14 +370,28 @@ impl Consumer {
     }
 
     fn track(&self, task: &str, token: &CancellationToken) -> u64 {
-        let run = self.inner.next_run.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
-        running.entry(task.to_owned()).or_default().push((run, token.clone()));
+        let run = self
+            .inner
+            .next_run
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut running = self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        running
+            .entry(task.to_owned())
+            .or_default()
+            .push((run, token.clone()));
         run
     }
 
     fn untrack(&self, task: &str, run: u64) {
-        let mut running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut running = self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(tokens) = running.get_mut(task) {
             tokens.retain(|(r, _)| *r != run);
             if tokens.is_empty() {
@@ -345,7 +425,9 @@ async fn next_or_pending(d: &mut Option<crate::broker::Deliveries>) -> Option<De
     }
 }
 
-async fn recv_or_pending(rx: &mut Option<tokio::sync::broadcast::Receiver<String>>) -> Option<String> {
+async fn recv_or_pending(
+    rx: &mut Option<tokio::sync::broadcast::Receiver<String>>,
+) -> Option<String> {
     match rx {
         Some(r) => loop {
             match r.recv().await {

@@ -56,8 +56,8 @@ mod tests {
     fn context_round_trips_through_headers() {
         let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
         let tracer = provider.tracer("test");
-        let subscriber = tracing_subscriber::registry()
-            .with(tracing_opentelemetry::layer().with_tracer(tracer));
+        let subscriber =
+            tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
         tracing::subscriber::with_default(subscriber, || {
             let publisher = tracing::info_span!("publish");
             let _g = publisher.enter();
@@ -70,7 +70,10 @@ mod tests {
             set_parent(&consumer, &headers);
             let publisher_trace = publisher.context().span().span_context().trace_id();
             let consumer_trace = consumer.context().span().span_context().trace_id();
-            assert_eq!(publisher_trace, consumer_trace, "one trace across the queue");
+            assert_eq!(
+                publisher_trace, consumer_trace,
+                "one trace across the queue"
+            );
         });
     }
 }
