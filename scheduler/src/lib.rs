@@ -2,6 +2,8 @@
 //! streams and the HTTP API.
 //!
 //! # Layout (in the order a task flows through it)
+//! - [`config`]: the configuration file and `VERDICT_*` overrides, validated into a typed
+//!   `Config` at start-up.
 //! - [`service`]: the `TaskService` trait the API and CLI talk to, and the submissions.
 //! - [`engine`]: the `Scheduler` implementing it: intake, results loop, sweeper, all on the
 //!   broker and store traits.
@@ -12,6 +14,7 @@
 //! - [`document`]: the task document the API returns.
 //! - [`metrics`]: every scheduler metric.
 
+pub mod config;
 pub mod document;
 pub mod engine;
 pub mod intake;
