@@ -13,6 +13,7 @@
 //! - [`result`]: result models and the multi-stage result policy.
 //! - [`document`]: the task document the API returns.
 //! - [`metrics`]: every scheduler metric.
+//! - [`runtime`]: from the configuration to the settings each process runs with.
 
 pub mod config;
 pub mod document;
@@ -21,5 +22,6 @@ pub mod intake;
 pub mod metrics;
 pub mod pipeline;
 pub mod result;
+pub mod runtime;
 pub mod service;
 pub mod task;
