@@ -16,13 +16,16 @@ pub mod memory;
 pub mod redis;
 
 /// A store failure. `Unavailable` is transient (reconnecting, timed out): callers retry or leave
-/// the message unacknowledged; `Corrupt` is data that cannot be decoded.
+/// the message unacknowledged; `Corrupt` is data that cannot be decoded; `Config` is a setting
+/// that can never work (a malformed URL) and is reported at start-up instead of retried.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     #[error("state store unavailable: {0}")]
     Unavailable(String),
     #[error("state store holds invalid data at {key}: {reason}")]
     Corrupt { key: String, reason: String },
+    #[error("invalid state store configuration: {0}")]
+    Config(String),
 }
 
 impl StoreError {

@@ -1,1 +1,0 @@
-//! Placeholder: Redis stores land with the store work.

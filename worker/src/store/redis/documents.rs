@@ -1,0 +1,152 @@
+//! Versioned documents and id sets on Redis: each document is a hash of `v` (version) and
+//! `body`, written only through one compare-and-set script, so scheduler replicas never
+//! overwrite each other's task records.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::{RedisStore, Replay, millis};
+use crate::BoxFuture;
+use crate::store::{DocumentStore, StoreError, Versioned};
+
+/// KEYS: document. ARGV: body, expected version (`''`: create only), TTL in ms (`0`: none).
+/// Returns the new version, or nil when the stored version is not the expected one.
+static PUT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local version = redis.call('HGET', KEYS[1], 'v')
+if ARGV[2] == '' then
+  if version then return false end
+elseif version ~= ARGV[2] then
+  return false
+end
+local next = (tonumber(version) or 0) + 1
+redis.call('HSET', KEYS[1], 'v', string.format('%d', next), 'body', ARGV[1])
+if ARGV[3] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return next
+",
+    )
+});
+
+impl RedisStore {
+    async fn get_document(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
+        let doc_key = self.key("doc", key);
+        let (version, body): (Option<String>, Option<String>) = self
+            .query(
+                "get document",
+                &doc_key,
+                Replay::Safe,
+                redis::cmd("HMGET").arg(&doc_key).arg("v").arg("body"),
+            )
+            .await?;
+        match (version, body) {
+            (None, None) => Ok(None),
+            (Some(version), Some(body)) => {
+                let version = version.parse().map_err(|_| StoreError::Corrupt {
+                    key: doc_key.clone(),
+                    reason: format!("version `{version}` is not a number"),
+                })?;
+                Ok(Some(Versioned { version, body }))
+            }
+            _ => Err(StoreError::Corrupt {
+                key: doc_key,
+                reason: "the document lacks its version or its body".into(),
+            }),
+        }
+    }
+
+    async fn put_document(
+        &self,
+        key: &str,
+        body: &str,
+        expected: Option<u64>,
+    ) -> Result<Option<u64>, StoreError> {
+        let doc_key = self.key("doc", key);
+        let expected = expected.map(|v| v.to_string()).unwrap_or_default();
+        let ttl = self.inner.config.document_ttl.map_or(0, millis);
+        // A replayed compare-and-set whose first try landed would report a conflict with our
+        // own write; resend only what never left.
+        self.run("put document", &doc_key, Replay::IfUnsent, |mut conn| {
+            let mut invocation = PUT.key(&doc_key);
+            invocation.arg(body).arg(&expected).arg(ttl);
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await
+    }
+
+    async fn add_member(&self, set: &str, member: &str) -> Result<(), StoreError> {
+        let key = self.key("set", set);
+        let _: i64 = self
+            .query(
+                "add to set",
+                &key,
+                Replay::Safe,
+                redis::cmd("SADD").arg(&key).arg(member),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn remove_member(&self, set: &str, member: &str) -> Result<(), StoreError> {
+        let key = self.key("set", set);
+        let _: i64 = self
+            .query(
+                "remove from set",
+                &key,
+                Replay::Safe,
+                redis::cmd("SREM").arg(&key).arg(member),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn members(&self, set: &str) -> Result<Vec<String>, StoreError> {
+        let key = self.key("set", set);
+        let mut members: Vec<String> = self
+            .query(
+                "list set",
+                &key,
+                Replay::Safe,
+                redis::cmd("SMEMBERS").arg(&key),
+            )
+            .await?;
+        members.sort();
+        Ok(members)
+    }
+}
+
+impl DocumentStore for RedisStore {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+        Box::pin(self.get_document(key))
+    }
+
+    fn put<'a>(
+        &'a self,
+        key: &'a str,
+        body: &'a str,
+        expected: Option<u64>,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(self.put_document(key, body, expected))
+    }
+
+    fn set_add<'a>(
+        &'a self,
+        set: &'a str,
+        member: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.add_member(set, member))
+    }
+
+    fn set_remove<'a>(
+        &'a self,
+        set: &'a str,
+        member: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.remove_member(set, member))
+    }
+
+    fn set_members<'a>(&'a self, set: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(self.members(set))
+    }
+}

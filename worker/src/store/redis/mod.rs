@@ -1,0 +1,575 @@
+//! Every state store on Redis (SPEC E7, O3, O4, Q5), so that workers and scheduler replicas share
+//! claims, results, progress streams, cancellations, task documents, inputs, the response journal
+//! and transcripts, and survive a Redis outage by reconnecting instead of crashing.
+//!
+//! # Connections
+//! - Commands share one [`ConnectionManager`] (multiplexed, reconnects in the background). A
+//!   command that was in flight when the link dropped fails; idempotent commands are retried a
+//!   couple of times with a short backoff, others only when the connection was refused (they
+//!   were certainly not sent). Persistent failures become [`StoreError::Unavailable`], always
+//!   within a bounded time (`command_timeout` per attempt).
+//! - Blocking stream reads (`XREAD BLOCK`) take a connection of their own from a small pool:
+//!   a blocked command stalls every other command on its connection.
+//! - The cancellation subscription has its own pub/sub connection, re-established (and
+//!   resubscribed) in the background after any disconnect.
+//!
+//! # Key layout (`P` = `prefix`, default `verdict:`)
+//! | key | type | TTL |
+//! |---|---|---|
+//! | `P claim:{task}:{stage}` | string: owner | the claim's TTL |
+//! | `P result:{task}:{stage}` | string: JSON `StageResult` | `result_ttl` |
+//! | `P events:{task}` | stream, field `event`: JSON `ProgressEvent` | `event_ttl`, `MAXLEN ~` |
+//! | `P cancel:{task}` | string `1` | `cancel_ttl` |
+//! | `P cancel` | pub/sub channel, payload: task id | — |
+//! | `P doc:{key}` | hash `v` (version), `body` | `document_ttl`, renewed on write |
+//! | `P set:{name}` | set | none |
+//! | `P input:{sha256}` | string: bytes | `input_ttl` |
+//! | `P journal:{call key}` | string: JSON `ChatResponse` | `journal_ttl` |
+//! | `P transcript:{task}:{stage}:{attempt}` | string: JSON `Transcript` | `transcript_ttl` |
+//! | `P transcripts:{task}` | set of transcript keys (the read-back index) | `transcript_ttl` |
+//!
+//! Scripts touch several keys of one task, so the layout suits one Redis (or Sentinel), not
+//! Redis Cluster.
+
+mod cancel;
+mod documents;
+mod events;
+mod inputs;
+mod journal;
+mod results;
+mod transcripts;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, FromRedisValue, Pipeline, RedisError, RetryMethod,
+};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use super::StoreError;
+
+/// How to reach Redis and how long each kind of record lives.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS. The password never
+    /// appears in errors or logs.
+    pub url: String,
+    /// Prepended to every key and channel, so several deployments can share one Redis.
+    /// Default `verdict:`.
+    pub prefix: String,
+    /// How long a recorded stage result is kept; must outlive any redelivery (E7). Default 7 days.
+    pub result_ttl: Duration,
+    /// The claim TTL callers should pass to `ResultStore::claim` (and renew well before it
+    /// ends). Default 5 minutes.
+    pub claim_ttl: Duration,
+    /// Retention of per-attempt transcripts (O4). Default 14 days.
+    pub transcript_ttl: Duration,
+    /// Retention of provider responses for reuse on redelivery (E7). Default 2 days.
+    pub journal_ttl: Duration,
+    /// Retention of content-addressed stage inputs. Default 7 days.
+    pub input_ttl: Duration,
+    /// How long a cancellation mark is kept. Default 7 days.
+    pub cancel_ttl: Duration,
+    /// Retention of a versioned document after its last write; `None` keeps documents until
+    /// deleted. Default 30 days.
+    pub document_ttl: Option<Duration>,
+    /// Approximate cap on events per task stream (`XADD … MAXLEN ~`). Default 10 000.
+    pub event_stream_maxlen: usize,
+    /// Retention of a task's event stream after its last event. Default 14 days.
+    pub event_ttl: Duration,
+    /// Upper bound on one command attempt, including waiting for a reconnect. Default 2 s.
+    pub command_timeout: Duration,
+}
+
+const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".into(),
+            prefix: "verdict:".into(),
+            result_ttl: 7 * DAY,
+            claim_ttl: Duration::from_secs(5 * 60),
+            transcript_ttl: 14 * DAY,
+            journal_ttl: 2 * DAY,
+            input_ttl: 7 * DAY,
+            cancel_ttl: 7 * DAY,
+            document_ttl: Some(30 * DAY),
+            event_stream_maxlen: 10_000,
+            event_ttl: 14 * DAY,
+            command_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RedisConfig {
+    /// The defaults with this URL.
+    pub fn new(url: impl Into<String>) -> RedisConfig {
+        RedisConfig {
+            url: url.into(),
+            ..RedisConfig::default()
+        }
+    }
+
+    /// The URL with its password replaced by `***`, for errors and logs.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    /// Rejects settings that can never work, naming the setting.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let durations = [
+            ("result_ttl", self.result_ttl),
+            ("claim_ttl", self.claim_ttl),
+            ("transcript_ttl", self.transcript_ttl),
+            ("journal_ttl", self.journal_ttl),
+            ("input_ttl", self.input_ttl),
+            ("cancel_ttl", self.cancel_ttl),
+            ("event_ttl", self.event_ttl),
+            ("command_timeout", self.command_timeout),
+        ];
+        for (name, value) in durations {
+            if value < Duration::from_millis(1) {
+                return Err(StoreError::Config(format!(
+                    "redis.{name} must be at least 1 ms"
+                )));
+            }
+        }
+        if self
+            .document_ttl
+            .is_some_and(|d| d < Duration::from_millis(1))
+        {
+            return Err(StoreError::Config(
+                "redis.document_ttl must be at least 1 ms, or unset to keep documents".into(),
+            ));
+        }
+        if self.event_stream_maxlen == 0 {
+            return Err(StoreError::Config(
+                "redis.event_stream_maxlen must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &self.redacted_url())
+            .field("prefix", &self.prefix)
+            .field("result_ttl", &self.result_ttl)
+            .field("claim_ttl", &self.claim_ttl)
+            .field("transcript_ttl", &self.transcript_ttl)
+            .field("journal_ttl", &self.journal_ttl)
+            .field("input_ttl", &self.input_ttl)
+            .field("cancel_ttl", &self.cancel_ttl)
+            .field("document_ttl", &self.document_ttl)
+            .field("event_stream_maxlen", &self.event_stream_maxlen)
+            .field("event_ttl", &self.event_ttl)
+            .field("command_timeout", &self.command_timeout)
+            .finish()
+    }
+}
+
+/// The URL with the password (userinfo or a `pass`/`password` query parameter) replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    for secret in url_secrets(url) {
+        out = out.replace(&secret, "***");
+    }
+    out
+}
+
+/// The secret parts of a Redis URL, as written in it.
+fn url_secrets(url: &str) -> Vec<String> {
+    let mut secrets = Vec::new();
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    if let Some((userinfo, _)) = authority.rsplit_once('@')
+        && let Some((_, password)) = userinfo.split_once(':')
+        && !password.is_empty()
+    {
+        secrets.push(password.to_owned());
+    }
+    if let Some((_, query)) = url.split_once('?') {
+        for pair in query.split('&') {
+            if let Some((name, value)) = pair.split_once('=')
+                && name.to_ascii_lowercase().contains("pass")
+                && !value.is_empty()
+            {
+                secrets.push(value.to_owned());
+            }
+        }
+    }
+    secrets
+}
+
+/// All Redis-backed stores behind one set of connections. Cheap to clone; clones share them.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: RedisConfig,
+    client: Client,
+    commands: ConnectionManager,
+    /// Idle connections for blocking reads, reused so a follower does not connect per poll.
+    blocking: Mutex<Vec<MultiplexedConnection>>,
+    cancel_feed: Mutex<Option<cancel::Feed>>,
+    /// Stops background tasks (the cancellation subscription) when the last clone is dropped.
+    shutdown: CancellationToken,
+    secrets: Vec<String>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("url", &self.inner.config.redacted_url())
+            .field("prefix", &self.inner.config.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Idle blocking-read connections kept for reuse; more concurrent followers connect on demand.
+const MAX_IDLE_BLOCKING: usize = 8;
+
+/// Whether a failed command may be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replay {
+    /// Repeating it has the same effect as running it once (reads, `SET NX`, owner-checked
+    /// scripts).
+    Safe,
+    /// Only when it certainly never reached Redis (connection refused): appends and
+    /// compare-and-set writes, which a lost reply would otherwise apply twice.
+    IfUnsent,
+}
+
+#[derive(Debug)]
+enum Failure {
+    Redis(RedisError),
+    TimedOut(Duration),
+}
+
+impl Failure {
+    fn may_retry(&self, replay: Replay) -> bool {
+        match (self, replay) {
+            (Failure::Redis(e), Replay::Safe) => is_transient(e),
+            (Failure::Redis(e), Replay::IfUnsent) => e.is_connection_refusal(),
+            (Failure::TimedOut(_), Replay::Safe) => true,
+            (Failure::TimedOut(_), Replay::IfUnsent) => false,
+        }
+    }
+}
+
+/// Link and failover trouble that a reconnect or a short wait can cure (as opposed to a
+/// command error such as `WRONGTYPE`).
+fn is_transient(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || matches!(
+            e.retry_method(),
+            RetryMethod::Reconnect
+                | RetryMethod::ReconnectFromInitialConnections
+                | RetryMethod::RetryImmediately
+                | RetryMethod::WaitAndRetry
+                | RetryMethod::RefreshSlotsAndRetry
+        )
+}
+
+impl RedisStore {
+    /// Validates `config`, creates the connections and checks that Redis answers. A malformed
+    /// URL is [`StoreError::Config`]; an unreachable Redis is [`StoreError::Unavailable`].
+    pub async fn connect(config: RedisConfig) -> Result<RedisStore, StoreError> {
+        config.validate()?;
+        if config.url.starts_with("rediss") {
+            // redis-rs builds its rustls config from the process default; ring is the provider
+            // the rest of verdict uses. Already installed is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let secrets = url_secrets(&config.url);
+        let client = Client::open(config.url.as_str()).map_err(|e| {
+            StoreError::Config(scrub(
+                &secrets,
+                format!("redis.url `{}`: {e}", config.redacted_url()),
+            ))
+        })?;
+        let timeout = config.command_timeout;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(3)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let commands = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
+            .map_err(|e| {
+                StoreError::Config(scrub(
+                    &secrets,
+                    format!("redis.url `{}`: {e}", config.redacted_url()),
+                ))
+            })?;
+        let store = RedisStore {
+            inner: Arc::new(Inner {
+                config,
+                client,
+                commands,
+                blocking: Mutex::new(Vec::new()),
+                cancel_feed: Mutex::new(None),
+                shutdown: CancellationToken::new(),
+                secrets,
+            }),
+        };
+        store.ping().await?;
+        Ok(store)
+    }
+
+    /// Readiness: Redis answers a `PING` within the command timeout (after the usual retries).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let reply: String = self
+            .query("ping", "-", Replay::Safe, &redis::cmd("PING"))
+            .await?;
+        if reply == "PONG" {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable(format!(
+                "ping: unexpected reply `{reply}`"
+            )))
+        }
+    }
+
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// `{prefix}{kind}:{rest}`.
+    fn key(&self, kind: &str, rest: &str) -> String {
+        format!("{}{kind}:{rest}", self.inner.config.prefix)
+    }
+
+    /// Runs one command (or script, or pipeline) on the shared connection: each attempt bounded
+    /// by the command timeout, retried per `replay`, failures mapped to [`StoreError`].
+    async fn run<T, F, Fut>(
+        &self,
+        op: &'static str,
+        key: &str,
+        replay: Replay,
+        mut command: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnMut(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let timeout = self.inner.config.command_timeout;
+        let attempt = || {
+            let reply = command(self.inner.commands.clone());
+            async move {
+                match tokio::time::timeout(timeout, reply).await {
+                    Ok(Ok(value)) => Ok(value),
+                    Ok(Err(e)) => Err(Failure::Redis(e)),
+                    Err(_) => Err(Failure::TimedOut(timeout)),
+                }
+            }
+        };
+        attempt
+            .retry(retry_schedule())
+            .sleep(tokio::time::sleep)
+            .when(|failure| failure.may_retry(replay))
+            .notify(|failure, wait| {
+                tracing::debug!(
+                    op,
+                    key,
+                    error = %self.describe(failure),
+                    wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    "redis command failed; retrying"
+                );
+            })
+            .await
+            .map_err(|failure| self.store_error(op, key, &failure))
+    }
+
+    /// [`RedisStore::run`] for one command.
+    async fn query<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        key: &str,
+        replay: Replay,
+        cmd: &Cmd,
+    ) -> Result<T, StoreError> {
+        self.run(op, key, replay, |mut conn| {
+            let cmd = cmd.clone();
+            async move { cmd.query_async(&mut conn).await }
+        })
+        .await
+    }
+
+    /// [`RedisStore::run`] for a pipeline (atomic ones are `MULTI`/`EXEC`).
+    async fn query_pipeline<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        key: &str,
+        replay: Replay,
+        pipe: &Pipeline,
+    ) -> Result<T, StoreError> {
+        self.run(op, key, replay, |mut conn| {
+            let pipe = pipe.clone();
+            async move { pipe.query_async(&mut conn).await }
+        })
+        .await
+    }
+
+    fn describe(&self, failure: &Failure) -> String {
+        match failure {
+            Failure::Redis(e) => scrub(&self.inner.secrets, e.to_string()),
+            Failure::TimedOut(t) => format!("no reply within {t:?}"),
+        }
+    }
+
+    fn store_error(&self, op: &str, key: &str, failure: &Failure) -> StoreError {
+        if let Failure::Redis(e) = failure
+            && e.code() == Some("WRONGTYPE")
+        {
+            return StoreError::Corrupt {
+                key: key.to_owned(),
+                reason: format!("{op}: the key holds another type of value"),
+            };
+        }
+        StoreError::Unavailable(format!(
+            "{op} `{key}` on {}: {}",
+            self.inner.config.redacted_url(),
+            self.describe(failure)
+        ))
+    }
+
+    /// A connection of its own for a blocking command, and whether it came from the pool (a
+    /// pooled one may have died since; the caller retries once on a fresh one).
+    async fn blocking_connection(&self) -> Result<(MultiplexedConnection, bool), StoreError> {
+        let pooled = self
+            .inner
+            .blocking
+            .lock()
+            .map(|mut idle| idle.pop())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().pop());
+        if let Some(conn) = pooled {
+            return Ok((conn, true));
+        }
+        let timeout = self.inner.config.command_timeout;
+        // The response timeout stays off: the command blocks on purpose; the caller bounds it.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(None);
+        let connect = self
+            .inner
+            .client
+            .get_multiplexed_async_connection_with_config(&config);
+        match tokio::time::timeout(timeout, connect).await {
+            Ok(Ok(conn)) => Ok((conn, false)),
+            Ok(Err(e)) => Err(self.store_error("connect", "-", &Failure::Redis(e))),
+            Err(_) => Err(self.store_error("connect", "-", &Failure::TimedOut(timeout))),
+        }
+    }
+
+    fn return_blocking_connection(&self, conn: MultiplexedConnection) {
+        let mut idle = self
+            .inner
+            .blocking
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if idle.len() < MAX_IDLE_BLOCKING {
+            idle.push(conn);
+        }
+    }
+}
+
+/// Retries of one command: two more attempts, 50–500 ms apart with jitter. Short on purpose: a
+/// longer outage is the caller's to handle (leave the message unacknowledged, fail readiness).
+fn retry_schedule() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(Duration::from_millis(500))
+        .with_max_times(2)
+        .with_jitter()
+}
+
+/// Removes every secret from a message (redis-rs errors may quote connection details).
+fn scrub(secrets: &[String], mut message: String) -> String {
+    for secret in secrets {
+        message = message.replace(secret, "***");
+    }
+    message
+}
+
+/// Milliseconds for `PX`/`PEXPIRE`, at least 1 (0 is an error to Redis).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Parses a stored JSON value; anything else is reported as corrupt data at `key`.
+fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// Serialises one of our own types; failure is reported against the key it was meant for.
+fn encode<T: serde::Serialize>(key: &str, value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: format!("cannot serialise: {e}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_the_redacted_url() {
+        assert_eq!(
+            redact_url("redis://user:s3cret@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
+        assert_eq!(redact_url("rediss://:s3cret@host"), "rediss://:***@host");
+        assert_eq!(
+            redact_url("redis+unix:///tmp/r.sock?db=1&pass=s3cret"),
+            "redis+unix:///tmp/r.sock?db=1&pass=***"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+        let config = RedisConfig::new("redis://u:s3cret@h");
+        assert!(!format!("{config:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn settings_that_cannot_work_are_named() {
+        let mut config = RedisConfig::default();
+        assert_eq!(config.validate(), Ok(()));
+        config.command_timeout = Duration::ZERO;
+        let e = config.validate().unwrap_err();
+        assert!(e.to_string().contains("redis.command_timeout"), "{e}");
+        assert!(!e.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn a_malformed_url_is_a_configuration_error() {
+        let e = RedisStore::connect(RedisConfig::new("http://user:s3cret@host"))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StoreError::Config(_)), "{e}");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+}
