@@ -1,8 +1,13 @@
-//! Progress events as people read them (SPEC O3, S5): one titled line per event, e.g.
-//! `12:03:04 Triage fallback — Triage did not return structured output; …`. `verdict tail`,
-//! `verdict submit --wait` and `verdict dev` print the same lines.
+//! Tasks as people read them (SPEC O3, S5): one titled line per progress event, e.g.
+//! `12:03:04 Triage fallback — Triage did not return structured output; …`, and a short summary
+//! of a finished task. `verdict tail`, `verdict submit --wait` and `verdict dev` print the same.
 
+use std::fmt::Write as _;
+
+use serde_json::Value;
 use verdict_proto::wire::{EventType, ProgressEvent};
+
+use crate::document::TaskDocument;
 
 /// One readable milestone: a short title and the event's own explanation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +84,84 @@ pub fn utc_clock(at_unix_ms: u64) -> String {
     )
 }
 
+/// A few lines on a task: its state and reason, then the result's headline fields (score,
+/// decision, category, priority, summary), its findings one per line, and the files left out.
+pub fn summary(doc: &TaskDocument) -> String {
+    let mut out = format!(
+        "Task {}: {} ({})\n",
+        doc.id,
+        doc.state.as_str(),
+        doc.pipeline
+    );
+    if let Some(reason) = doc
+        .reason
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+    {
+        let _ = writeln!(out, "Reason: {reason}");
+    }
+    if let Some(result) = &doc.result {
+        result_lines(result, &mut out);
+    }
+    for left_out in &doc.coverage.files_not_reviewed {
+        let _ = writeln!(out, "Not reviewed: {} ({})", left_out.path, left_out.reason);
+    }
+    out
+}
+
+fn result_lines(result: &Value, out: &mut String) {
+    let text = |key: &str| result.get(key).and_then(Value::as_str).map(str::trim);
+    if let Some(score) = result.get("score").and_then(Value::as_u64) {
+        let _ = writeln!(out, "Score: {score}/10");
+    }
+    if let Some(score) = result.get("overall_score").and_then(Value::as_u64) {
+        let _ = writeln!(out, "Overall score: {score}/100");
+    }
+    if let Some(decision) = text("decision") {
+        match text("decision_reason").filter(|r| !r.is_empty()) {
+            Some(reason) => {
+                let _ = writeln!(out, "Decision: {decision} — {reason}");
+            }
+            None => {
+                let _ = writeln!(out, "Decision: {decision}");
+            }
+        }
+    }
+    for (key, label) in [("category", "Category"), ("priority", "Priority")] {
+        if let Some(value) = text(key) {
+            let _ = writeln!(out, "{label}: {value}");
+        }
+    }
+    if let Some(summary) = text("summary").filter(|s| !s.is_empty()) {
+        let _ = writeln!(out, "Summary: {summary}");
+    }
+    if let Some(findings) = result.get("findings").and_then(Value::as_array) {
+        let _ = writeln!(out, "Findings: {}", findings.len());
+        for finding in findings {
+            let field = |key: &str| finding.get(key).and_then(Value::as_str).unwrap_or("");
+            let place = match (
+                finding.get("file").and_then(Value::as_str),
+                finding.get("start_line").and_then(Value::as_u64),
+                finding.get("end_line").and_then(Value::as_u64),
+            ) {
+                (Some(file), Some(start), Some(end)) if start != end => {
+                    format!("{file}:{start}-{end}")
+                }
+                (Some(file), Some(start), _) => format!("{file}:{start}"),
+                (Some(file), None, _) => file.to_owned(),
+                (None, _, _) => "(general)".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "  [{}] {place} {}",
+                field("severity"),
+                field("title").trim()
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +234,52 @@ mod tests {
         assert_eq!(utc_clock(0), "00:00:00");
         assert_eq!(utc_clock(86_399_999), "23:59:59");
         assert_eq!(utc_clock(86_400_000), "00:00:00");
+    }
+
+    #[test]
+    fn review_summary() {
+        use crate::document::{Coverage, NotReviewed, TaskKind, TaskState, Timings};
+        let doc = TaskDocument {
+            id: "t-1".into(),
+            kind: TaskKind::Review,
+            pipeline: "multi".into(),
+            state: TaskState::Completed,
+            reason: None,
+            result: Some(serde_json::json!({
+                "score": 5,
+                "decision": "request_changes",
+                "decision_reason": "A crash on empty input.",
+                "summary": "Adds a parser.",
+                "findings": [
+                    {"severity": "major", "file": "src/a.rs", "start_line": 3, "end_line": 9,
+                     "title": "Panics on empty input"},
+                    {"severity": "suggestion", "file": null, "start_line": null,
+                     "end_line": null, "title": "Add docs"}
+                ]
+            })),
+            stages: vec![],
+            events: vec![],
+            coverage: Coverage {
+                files_total: 2,
+                files_reviewed: vec!["src/a.rs".into()],
+                files_not_reviewed: vec![NotReviewed {
+                    path: "big.bin".into(),
+                    reason: "binary".into(),
+                }],
+            },
+            timings: Timings::default(),
+            usage: Default::default(),
+        };
+        assert_eq!(
+            summary(&doc),
+            "Task t-1: completed (multi)\n\
+             Score: 5/10\n\
+             Decision: request_changes — A crash on empty input.\n\
+             Summary: Adds a parser.\n\
+             Findings: 2\n  \
+             [major] src/a.rs:3-9 Panics on empty input\n  \
+             [suggestion] (general) Add docs\n\
+             Not reviewed: big.bin (binary)\n"
+        );
     }
 }
