@@ -388,6 +388,72 @@ async fn v1_routes_require_an_accepted_bearer_token() {
     }
 }
 
+thread_local! {
+    static THREAD_LOG: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Writes log lines into a buffer of the writing thread. One global subscriber for the whole
+/// binary (a scoped one can miss events whose callsites other test threads cached first); each
+/// `#[tokio::test]` runs server and client on its own single thread, so its buffer holds only
+/// its own lines.
+struct ThreadLog;
+
+impl std::io::Write for ThreadLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        THREAD_LOG.with(|l| l.borrow_mut().extend_from_slice(buf));
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn capture_logs() {
+    static INIT: std::sync::Once = std::sync::Once::new();
+    INIT.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(|| ThreadLog)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+    THREAD_LOG.with(|l| l.borrow_mut().clear());
+}
+
+#[tokio::test]
+async fn the_request_log_names_route_and_status_but_never_the_token() {
+    capture_logs();
+    let srv = serve().await;
+    let id = srv.fake.create(TaskKind::Review, "multi", Value::Null);
+    srv.get(&format!("/v1/tasks/{id}")).send().await.unwrap();
+    srv.http
+        .get(srv.url(&format!("/v1/tasks/{id}")))
+        .bearer_auth("a-rejected-secret")
+        .send()
+        .await
+        .unwrap();
+    let text = THREAD_LOG.with(|l| String::from_utf8(l.borrow().clone()).unwrap());
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &Value| l["fields"]["message"] == "HttpRequestServed")
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0]["fields"]["route"], "/v1/tasks/{id}");
+    assert_eq!(lines[0]["fields"]["method"], "GET");
+    assert_eq!(lines[0]["fields"]["status"], 200);
+    assert_eq!(lines[1]["fields"]["status"], 401);
+    assert!(lines[0]["fields"]["latency_ms"].is_number());
+    assert!(
+        !text.contains(TOKEN) && !text.contains("a-rejected-secret"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&format!("/v1/tasks/{id}")),
+        "route templates, not raw paths: {text}"
+    );
+}
+
 #[tokio::test]
 async fn health_readiness_and_metrics_are_open() {
     let srv = serve().await;

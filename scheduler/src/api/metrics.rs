@@ -103,13 +103,25 @@ pub(crate) async fn observe(
             .with_label_values(&[route.as_str(), method])
             .observe(elapsed.as_secs_f64());
     }
-    tracing::info!(
-        method,
-        route = route.as_str(),
-        status = status.as_u16(),
-        latency_ms = elapsed.as_secs_f64() * 1000.0,
-        "HttpRequestServed"
-    );
+    let latency_ms = elapsed.as_secs_f64() * 1000.0;
+    // Probes and scrapes arrive every few seconds; at info level they would drown the log.
+    if matches!(route.as_str(), "/healthz" | "/readyz" | "/metrics") && status.is_success() {
+        tracing::debug!(
+            method,
+            route = route.as_str(),
+            status = status.as_u16(),
+            latency_ms,
+            "HttpRequestServed"
+        );
+    } else {
+        tracing::info!(
+            method,
+            route = route.as_str(),
+            status = status.as_u16(),
+            latency_ms,
+            "HttpRequestServed"
+        );
+    }
     response
 }
 
