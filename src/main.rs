@@ -28,6 +28,11 @@ enum Command {
     DiffLines(commands::diff_lines::Args),
     /// Print the output contract a protocol's prompts show.
     Contract(commands::contract::Args),
+    /// Submit a review, issue analysis or scan to the scheduler; with --wait, follow it to the
+    /// end and exit 0 (completed, skipped, degraded) or 1 (incomplete, aborted).
+    Submit(commands::submit::Args),
+    /// Follow a task's progress as readable milestones until it ends.
+    Tail(commands::tail::Args),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +41,8 @@ fn main() -> ExitCode {
         Command::Validate(args) => commands::validate::run(args),
         Command::DiffLines(args) => commands::diff_lines::run(args),
         Command::Contract(args) => commands::contract::run(args),
+        Command::Submit(args) => commands::submit::run(args),
+        Command::Tail(args) => commands::tail::run(args),
     };
     match result {
         Ok(code) => code,

@@ -14,12 +14,18 @@
 //! - [`document`]: the task document the API returns.
 //! - [`metrics`]: every scheduler metric.
 //! - [`runtime`]: from the configuration to the settings each process runs with.
+//! - [`api`]: the HTTP API over a `TaskService` (axum router).
+//! - [`client`]: the API's client, for the CLI (`verdict submit`, `verdict tail`).
+//! - [`milestone`]: progress events as one readable line each.
 
+pub mod api;
+pub mod client;
 pub mod config;
 pub mod document;
 pub mod engine;
 pub mod intake;
 pub mod metrics;
+pub mod milestone;
 pub mod pipeline;
 pub mod result;
 pub mod runtime;

@@ -2,6 +2,8 @@
 
 pub mod contract;
 pub mod diff_lines;
+pub mod submit;
+pub mod tail;
 pub mod validate;
 
 use std::io::{self, Read, Write};
@@ -9,6 +11,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use verdict_scheduler::client::ApiClient;
+use verdict_scheduler::document::TaskState;
 
 /// Exit code for usage errors (unknown protocol, unreadable input), as clap uses for bad flags.
 pub fn exit_usage() -> ExitCode {
@@ -50,5 +54,59 @@ pub fn print(text: &str) -> anyhow::Result<()> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e).context("write standard output"),
         _ => Ok(()),
+    }
+}
+
+/// Where the scheduler's API is and how to authenticate, shared by the commands that talk to it.
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// The scheduler's base URL.
+    #[arg(
+        long,
+        env = "VERDICT_SERVER",
+        default_value = "http://127.0.0.1:8080",
+        value_name = "URL"
+    )]
+    server: String,
+    /// The environment variable holding the API token (tokens never go on the command line,
+    /// where other users could read them).
+    #[arg(long, default_value = "VERDICT_API_TOKEN", value_name = "NAME")]
+    token_env: String,
+}
+
+impl ServerArgs {
+    /// A client of the server, with the token read from the named variable.
+    pub fn client(&self) -> anyhow::Result<ApiClient> {
+        let name = &self.token_env;
+        let token = match std::env::var(name) {
+            Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
+            Ok(_) => bail!(
+                "{name} is empty: set it to the scheduler's API token (or name another variable with --token-env)"
+            ),
+            Err(std::env::VarError::NotPresent) => bail!(
+                "{name} is not set: set it to the scheduler's API token (or name another variable with --token-env)"
+            ),
+            Err(std::env::VarError::NotUnicode(_)) => bail!("{name} is not valid UTF-8"),
+        };
+        Ok(ApiClient::new(&self.server, Some(token))?)
+    }
+}
+
+/// A runtime for the commands that talk to the API (one thread: they wait on the network).
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")
+}
+
+/// The exit code of a task that ended in `state`: 0 when it reached a decision or an explained
+/// non-decision (completed, skipped, degraded), 1 when it did not (incomplete, aborted).
+pub fn exit_for_state(state: TaskState) -> ExitCode {
+    match state {
+        TaskState::Completed | TaskState::Skipped | TaskState::Degraded => ExitCode::SUCCESS,
+        TaskState::Incomplete | TaskState::Aborted | TaskState::Queued | TaskState::Running => {
+            ExitCode::FAILURE
+        }
     }
 }

@@ -1,0 +1,100 @@
+//! The scheduler's HTTP API (SPEC I2): a thin adapter from HTTP to [`TaskService`], with bearer
+//! authentication, JSON errors everywhere, a body size limit, SSE progress streams, health,
+//! readiness and metrics.
+//!
+//! # Routes
+//! | route | answer |
+//! | --- | --- |
+//! | `POST /v1/reviews`, `/v1/issue-analyses`, `/v1/scans` | `202`, `Location`, `{"id"}` |
+//! | `GET /v1/tasks/{id}` | the [`TaskDocument`](crate::document::TaskDocument) |
+//! | `GET /v1/tasks/{id}/events` | Server-Sent Events ([`sse`]) |
+//! | `POST /v1/tasks/{id}/cancel` | `202` and the document; `409` once terminal |
+//! | `GET /healthz`, `/readyz`, `/metrics` | unauthenticated probes and Prometheus text |
+//!
+//! Errors are `{"error": {"code", "message"}}` ([`error`]) with codes `invalid_request` (400),
+//! `unauthorized` (401), `not_found` (404), `method_not_allowed` (405), `conflict` (409),
+//! `payload_too_large` (413), `unsupported_media_type` (415), `internal` (500) and
+//! `unavailable` (503).
+//!
+//! # Layout
+//! - [`routes`]: the handlers. [`sse`]: the event stream. [`json`]: request bodies.
+//! - [`auth`]: bearer tokens. [`metrics`]: the API's metrics and request log. [`error`]: the
+//!   error shape.
+
+pub mod auth;
+pub mod error;
+pub mod json;
+pub mod metrics;
+pub mod routes;
+pub mod sse;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::routing::{get, post};
+
+pub use auth::{ApiAuth, ApiAuthError};
+pub use error::{ApiError, ErrorBody, ErrorDetail};
+pub use json::MAX_BODY_BYTES;
+pub use sse::StreamEnd;
+
+use crate::service::TaskService;
+use metrics::HttpMetrics;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct ApiState {
+    service: Arc<dyn TaskService>,
+    /// The process's registry, served on `/metrics` before the API's own metrics.
+    registry: prometheus::Registry,
+    metrics: Option<HttpMetrics>,
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("service", &self.service)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The whole API over `service`. `metrics` is the process registry `/metrics` serves; the API's
+/// own HTTP metrics are added to it on output.
+pub fn router(
+    service: Arc<dyn TaskService>,
+    auth: ApiAuth,
+    metrics: prometheus::Registry,
+) -> Router {
+    let http_metrics = match HttpMetrics::new() {
+        Ok(m) => Some(m),
+        Err(e) => {
+            // Only a programming error (a bad metric name) gets here; serve without them.
+            tracing::error!(error = %e, "HttpMetricsRegistrationError");
+            None
+        }
+    };
+    let state = ApiState {
+        service,
+        registry: metrics,
+        metrics: http_metrics.clone(),
+    };
+    Router::new()
+        .route("/v1/reviews", post(routes::submit_review))
+        .route("/v1/issue-analyses", post(routes::submit_issue_analysis))
+        .route("/v1/scans", post(routes::submit_scan))
+        .route("/v1/tasks/{id}", get(routes::get_task))
+        .route("/v1/tasks/{id}/events", get(sse::task_events))
+        .route("/v1/tasks/{id}/cancel", post(routes::cancel))
+        .route("/healthz", get(routes::healthz))
+        .route("/readyz", get(routes::readyz))
+        .route("/metrics", get(routes::metrics))
+        .fallback(routes::not_found)
+        .with_state(state)
+        // Outermost last: observe → authenticate → limit the body → shape 405s.
+        .layer(from_fn(routes::json_method_not_allowed))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(from_fn_with_state(auth, auth::require_bearer))
+        .layer(from_fn_with_state(http_metrics, metrics::observe))
+}

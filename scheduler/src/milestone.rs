@@ -1,0 +1,285 @@
+//! Tasks as people read them (SPEC O3, S5): one titled line per progress event, e.g.
+//! `12:03:04 Triage fallback — Triage did not return structured output; …`, and a short summary
+//! of a finished task. `verdict tail`, `verdict submit --wait` and `verdict dev` print the same.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+use verdict_proto::wire::{EventType, ProgressEvent};
+
+use crate::document::TaskDocument;
+
+/// One readable milestone: a short title and the event's own explanation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Milestone {
+    pub title: String,
+    /// The event's message, trimmed; may be empty.
+    pub detail: String,
+}
+
+impl Milestone {
+    /// `HH:MM:SS Title — detail` (UTC, so lines from machines in different zones agree).
+    pub fn line(&self, at_unix_ms: u64) -> String {
+        let time = utc_clock(at_unix_ms);
+        if self.detail.is_empty() {
+            format!("{time} {}", self.title)
+        } else {
+            format!("{time} {} — {}", self.title, self.detail)
+        }
+    }
+}
+
+/// The milestone of `event`.
+pub fn milestone(event: &ProgressEvent) -> Milestone {
+    let stage = || stage_name(event.stage_id.as_deref());
+    let title = match event.kind {
+        EventType::TaskQueued => "Queued".to_owned(),
+        EventType::TaskStarted => "Started".to_owned(),
+        EventType::StageStarted => format!("{} started", stage()),
+        EventType::StageFinished => format!("{} finished", stage()),
+        EventType::StageRetry => format!("{} retry", stage()),
+        EventType::ProtocolRepair => "Protocol repair".to_owned(),
+        EventType::RepairConsistencyWarning => "Repair consistency warning".to_owned(),
+        EventType::TriageFallback => "Triage fallback".to_owned(),
+        EventType::DeadlineReached => "Deadline reached".to_owned(),
+        EventType::Degraded => "Degraded".to_owned(),
+        EventType::Published => "Published".to_owned(),
+        EventType::Failed => "Failed".to_owned(),
+        EventType::Cancelled => "Cancelled".to_owned(),
+        EventType::TaskFinished => "Finished".to_owned(),
+    };
+    Milestone {
+        title,
+        detail: event.message.trim().to_owned(),
+    }
+}
+
+/// The line of `event`: [`milestone`] at the event's time.
+pub fn line(event: &ProgressEvent) -> String {
+    milestone(event).line(event.at_unix_ms)
+}
+
+/// A stage id as a title: `issue-analysis` → `Issue analysis`, `reviewer-2` → `Reviewer 2`.
+fn stage_name(stage_id: Option<&str>) -> String {
+    let Some(id) = stage_id.map(str::trim).filter(|s| !s.is_empty()) else {
+        return "Stage".to_owned();
+    };
+    let spaced = id.replace(['-', '_'], " ");
+    let mut chars = spaced.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => "Stage".to_owned(),
+    }
+}
+
+/// `HH:MM:SS` of a Unix time in milliseconds, in UTC.
+pub fn utc_clock(at_unix_ms: u64) -> String {
+    let secs = at_unix_ms / 1000;
+    let of_day = secs % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}",
+        of_day / 3600,
+        (of_day % 3600) / 60,
+        of_day % 60
+    )
+}
+
+/// A few lines on a task: its state and reason, then the result's headline fields (score,
+/// decision, category, priority, summary), its findings one per line, and the files left out.
+pub fn summary(doc: &TaskDocument) -> String {
+    let mut out = format!(
+        "Task {}: {} ({})\n",
+        doc.id,
+        doc.state.as_str(),
+        doc.pipeline
+    );
+    if let Some(reason) = doc
+        .reason
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+    {
+        let _ = writeln!(out, "Reason: {reason}");
+    }
+    if let Some(result) = &doc.result {
+        result_lines(result, &mut out);
+    }
+    for left_out in &doc.coverage.files_not_reviewed {
+        let _ = writeln!(out, "Not reviewed: {} ({})", left_out.path, left_out.reason);
+    }
+    out
+}
+
+fn result_lines(result: &Value, out: &mut String) {
+    let text = |key: &str| result.get(key).and_then(Value::as_str).map(str::trim);
+    if let Some(score) = result.get("score").and_then(Value::as_u64) {
+        let _ = writeln!(out, "Score: {score}/10");
+    }
+    if let Some(score) = result.get("overall_score").and_then(Value::as_u64) {
+        let _ = writeln!(out, "Overall score: {score}/100");
+    }
+    if let Some(decision) = text("decision") {
+        match text("decision_reason").filter(|r| !r.is_empty()) {
+            Some(reason) => {
+                let _ = writeln!(out, "Decision: {decision} — {reason}");
+            }
+            None => {
+                let _ = writeln!(out, "Decision: {decision}");
+            }
+        }
+    }
+    for (key, label) in [("category", "Category"), ("priority", "Priority")] {
+        if let Some(value) = text(key) {
+            let _ = writeln!(out, "{label}: {value}");
+        }
+    }
+    if let Some(summary) = text("summary").filter(|s| !s.is_empty()) {
+        let _ = writeln!(out, "Summary: {summary}");
+    }
+    if let Some(findings) = result.get("findings").and_then(Value::as_array) {
+        let _ = writeln!(out, "Findings: {}", findings.len());
+        for finding in findings {
+            let field = |key: &str| finding.get(key).and_then(Value::as_str).unwrap_or("");
+            let place = match (
+                finding.get("file").and_then(Value::as_str),
+                finding.get("start_line").and_then(Value::as_u64),
+                finding.get("end_line").and_then(Value::as_u64),
+            ) {
+                (Some(file), Some(start), Some(end)) if start != end => {
+                    format!("{file}:{start}-{end}")
+                }
+                (Some(file), Some(start), _) => format!("{file}:{start}"),
+                (Some(file), None, _) => file.to_owned(),
+                (None, _, _) => "(general)".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "  [{}] {place} {}",
+                field("severity"),
+                field("title").trim()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verdict_proto::wire::WIRE_VERSION;
+
+    fn event(kind: EventType, stage_id: Option<&str>, message: &str) -> ProgressEvent {
+        ProgressEvent {
+            version: WIRE_VERSION,
+            task_id: "t-1".into(),
+            // 12:03:04.5 UTC, some day in 2022.
+            at_unix_ms: (19_000 * 86_400 + 12 * 3600 + 3 * 60 + 4) * 1000 + 500,
+            kind,
+            channel: None,
+            stage_id: stage_id.map(str::to_owned),
+            message: message.into(),
+            data: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn triage_fallback_line() {
+        let e = event(
+            EventType::TriageFallback,
+            Some("triage"),
+            "Triage did not return structured output; continuing with review by default.",
+        );
+        assert_eq!(
+            line(&e),
+            "12:03:04 Triage fallback — Triage did not return structured output; continuing with review by default."
+        );
+    }
+
+    #[test]
+    fn titles() {
+        let cases = [
+            (EventType::StageStarted, Some("triage"), "Triage started"),
+            (
+                EventType::StageFinished,
+                Some("reviewer-2"),
+                "Reviewer 2 finished",
+            ),
+            (
+                EventType::StageStarted,
+                Some("issue-analysis"),
+                "Issue analysis started",
+            ),
+            (EventType::StageStarted, None, "Stage started"),
+            (EventType::ProtocolRepair, Some("review"), "Protocol repair"),
+            (
+                EventType::DeadlineReached,
+                Some("review"),
+                "Deadline reached",
+            ),
+            (EventType::Degraded, None, "Degraded"),
+            (EventType::Failed, None, "Failed"),
+        ];
+        for (kind, stage, title) in cases {
+            assert_eq!(milestone(&event(kind, stage, "x")).title, title, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_message_leaves_only_the_title() {
+        let e = event(EventType::TaskQueued, None, "  ");
+        assert_eq!(line(&e), "12:03:04 Queued");
+    }
+
+    #[test]
+    fn clock_wraps_at_midnight() {
+        assert_eq!(utc_clock(0), "00:00:00");
+        assert_eq!(utc_clock(86_399_999), "23:59:59");
+        assert_eq!(utc_clock(86_400_000), "00:00:00");
+    }
+
+    #[test]
+    fn review_summary() {
+        use crate::document::{Coverage, NotReviewed, TaskKind, TaskState, Timings};
+        let doc = TaskDocument {
+            id: "t-1".into(),
+            kind: TaskKind::Review,
+            pipeline: "multi".into(),
+            state: TaskState::Completed,
+            reason: None,
+            result: Some(serde_json::json!({
+                "score": 5,
+                "decision": "request_changes",
+                "decision_reason": "A crash on empty input.",
+                "summary": "Adds a parser.",
+                "findings": [
+                    {"severity": "major", "file": "src/a.rs", "start_line": 3, "end_line": 9,
+                     "title": "Panics on empty input"},
+                    {"severity": "suggestion", "file": null, "start_line": null,
+                     "end_line": null, "title": "Add docs"}
+                ]
+            })),
+            stages: vec![],
+            events: vec![],
+            coverage: Coverage {
+                files_total: 2,
+                files_reviewed: vec!["src/a.rs".into()],
+                files_not_reviewed: vec![NotReviewed {
+                    path: "big.bin".into(),
+                    reason: "binary".into(),
+                }],
+            },
+            timings: Timings::default(),
+            usage: Default::default(),
+        };
+        assert_eq!(
+            summary(&doc),
+            "Task t-1: completed (multi)\n\
+             Score: 5/10\n\
+             Decision: request_changes — A crash on empty input.\n\
+             Summary: Adds a parser.\n\
+             Findings: 2\n  \
+             [major] src/a.rs:3-9 Panics on empty input\n  \
+             [suggestion] (general) Add docs\n\
+             Not reviewed: big.bin (binary)\n"
+        );
+    }
+}
