@@ -14,6 +14,7 @@
 //! - [`document`]: the task document the API returns.
 //! - [`metrics`]: every scheduler metric.
 //! - [`runtime`]: from the configuration to the settings each process runs with.
+//! - [`dev`]: the whole pool in one process on in-memory backends (`verdict dev`).
 //! - [`api`]: the HTTP API over a `TaskService` (axum router).
 //! - [`client`]: the API's client, for the CLI (`verdict submit`, `verdict tail`).
 //! - [`milestone`]: progress events as one readable line each.
@@ -21,6 +22,7 @@
 pub mod api;
 pub mod client;
 pub mod config;
+pub mod dev;
 pub mod document;
 pub mod engine;
 pub mod intake;
