@@ -161,19 +161,6 @@ impl AmqpBroker {
         }
     }
 
-    /// Deletes this prefix's queues and exchanges, with their messages. For tests and `verdict
-    /// dev` clean-up only; never in a shared deployment.
-    pub async fn delete_topology(&self) -> Result<(), BrokerError> {
-        let link = self
-            .shared
-            .wait_link(Some(
-                tokio::time::Instant::now() + self.shared.config.publish_timeout,
-            ))
-            .await?;
-        self.shared.topology.delete(&link.connection).await;
-        Ok(())
-    }
-
     async fn publish_message(
         &self,
         exchange: &str,

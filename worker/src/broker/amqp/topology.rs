@@ -16,8 +16,8 @@
 //! Every queue is a durable quorum queue. Work and delay queues dead-letter at-least-once, which
 //! RabbitMQ only allows with `x-overflow=reject-publish`.
 
+use lapin::options::QueueDeclareOptions;
 use lapin::options::{ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions};
-use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Connection, ExchangeKind};
@@ -176,43 +176,6 @@ impl Topology {
             bind(channel, &name, &delay, "", selector).await?;
         }
         Ok(())
-    }
-
-    /// Deletes every queue and exchange of this prefix (tests and `verdict dev` clean-up).
-    /// Best effort: missing objects are fine.
-    pub(super) async fn delete(&self, connection: &Connection) {
-        let mut queues = vec![self.dead_letter_queue()];
-        queues.extend(
-            [
-                Route::Stages(Priority::Interactive),
-                Route::Stages(Priority::Bulk),
-                Route::Results,
-            ]
-            .map(|route| self.queue(route)),
-        );
-        queues.extend(self.delay_buckets_ms.iter().map(|ms| self.delay_queue(*ms)));
-        for queue in queues {
-            // A failed delete closes the channel, so each gets a fresh one.
-            if let Ok(channel) = connection.create_channel().await {
-                let _ = channel
-                    .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
-                    .await;
-                let _ = channel.close(200, "deleted".into()).await;
-            }
-        }
-        for exchange in [
-            self.stages_exchange(),
-            self.results_exchange(),
-            self.delay_exchange(),
-            self.dead_letter_exchange(),
-        ] {
-            if let Ok(channel) = connection.create_channel().await {
-                let _ = channel
-                    .exchange_delete(exchange.as_str().into(), Default::default())
-                    .await;
-                let _ = channel.close(200, "deleted".into()).await;
-            }
-        }
     }
 
     /// Stage and result queues: poison messages go to the dead-letter exchange after
