@@ -1,1 +1,0 @@
-//! Placeholder: the RabbitMQ broker (lapin) lands with the broker work.

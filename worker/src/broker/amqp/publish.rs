@@ -1,0 +1,168 @@
+//! Confirmed publishing (SPEC Q1): persistent, `mandatory`, one publisher channel in confirm mode,
+//! and a returned message treated as the failure it is even though RabbitMQ confirms it with an
+//! ack. Outages are waited out up to `publish_timeout` (SPEC Q5): a publish either succeeds or
+//! returns an error, it is never dropped.
+//!
+//! Publishes are serialised on the channel (one message in flight): lapin hands a returned message
+//! to whichever confirm resolves next, and RabbitMQ may ack several publishes at once, so only one
+//! outstanding publish makes "this confirm carried a return" mean "this message was unroutable".
+//! Quorum-queue confirms take a few milliseconds, far below verdict's message rate.
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::protocol::AMQPErrorKind;
+use lapin::types::ShortString;
+use lapin::{BasicProperties, Channel, Confirmation};
+use tokio::time::Instant;
+
+use super::Shared;
+use crate::broker::BrokerError;
+use std::time::Duration;
+
+/// The pause before publishing again after a connection-level failure.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// The publisher channel of one connection generation.
+pub(super) struct Publisher {
+    generation: u64,
+    channel: Channel,
+}
+
+/// Where one message goes, and how to name it in errors.
+pub(super) struct Target<'a> {
+    pub(super) exchange: &'a str,
+    pub(super) routing_key: &'a str,
+    /// The destination as an operator would name it (`verdict.stages.interactive`, …).
+    pub(super) label: &'a str,
+}
+
+impl Shared {
+    pub(super) async fn publish_to(
+        &self,
+        target: Target<'_>,
+        body: &[u8],
+        properties: BasicProperties,
+    ) -> Result<(), BrokerError> {
+        let deadline = Instant::now() + self.config.publish_timeout;
+        let exchange = short(target.exchange)?;
+        let routing_key = short(target.routing_key)?;
+        loop {
+            let link = self.wait_link(Some(deadline)).await?;
+            let mut slot = self.publisher.lock().await;
+            let channel = match slot.as_ref() {
+                Some(p) if p.generation == link.generation && p.channel.status().connected() => {
+                    p.channel.clone()
+                }
+                _ => match open(&link.connection).await {
+                    Ok(channel) => {
+                        *slot = Some(Publisher {
+                            generation: link.generation,
+                            channel: channel.clone(),
+                        });
+                        channel
+                    }
+                    Err(error) => {
+                        drop(slot);
+                        self.retry_or_fail(&target, &error, deadline).await?;
+                        continue;
+                    }
+                },
+            };
+            let options = BasicPublishOptions {
+                mandatory: true,
+                ..BasicPublishOptions::default()
+            };
+            let confirmation = async {
+                channel
+                    .basic_publish(
+                        exchange.clone(),
+                        routing_key.clone(),
+                        options,
+                        body,
+                        properties.clone(),
+                    )
+                    .await?
+                    .await
+            }
+            .await;
+            match confirmation {
+                Ok(Confirmation::Ack(None)) => return Ok(()),
+                Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {
+                    return Err(BrokerError::Unroutable {
+                        route: target.label.to_owned(),
+                        reply_code: returned.reply_code,
+                        reply_text: returned.reply_text.to_string(),
+                    });
+                }
+                Ok(Confirmation::Nack(None)) => {
+                    return Err(BrokerError::Nacked {
+                        route: target.label.to_owned(),
+                    });
+                }
+                Ok(Confirmation::NotRequested) => {
+                    *slot = None;
+                    return Err(BrokerError::Other(format!(
+                        "publishing to {}: the channel was not in confirm mode; this is a bug in \
+                         verdict's broker, please report it",
+                        target.label
+                    )));
+                }
+                Err(error) => {
+                    *slot = None;
+                    drop(slot);
+                    if let lapin::ErrorKind::ProtocolError(amqp) = error.kind()
+                        && matches!(amqp.kind(), AMQPErrorKind::Soft(_))
+                    {
+                        // The broker closed the channel over this message (e.g. a deleted
+                        // exchange): retrying would fail the same way.
+                        return Err(BrokerError::Closed(format!(
+                            "publishing to {}: the broker refused it: {}; the topology is \
+                             re-declared on reconnect, or restart the process",
+                            target.label,
+                            amqp.get_message()
+                        )));
+                    }
+                    // The message may or may not have arrived: publish again on the next
+                    // connection (at-least-once; consumers are idempotent, SPEC E7).
+                    self.retry_or_fail(&target, &error, deadline).await?;
+                }
+            }
+        }
+    }
+
+    /// After a connection-level failure: wake the supervisor and try again, unless the deadline
+    /// has passed.
+    async fn retry_or_fail(
+        &self,
+        target: &Target<'_>,
+        error: &lapin::Error,
+        deadline: Instant,
+    ) -> Result<(), BrokerError> {
+        self.nudge();
+        if Instant::now() >= deadline {
+            return Err(BrokerError::Closed(self.config.scrub(&format!(
+                "publishing to {}: {error}; the connection did not recover within {:?}",
+                target.label, self.config.publish_timeout
+            ))));
+        }
+        tracing::debug!(%error, destination = target.label, "publish interrupted; retrying");
+        // lapin may not have marked the connection dead yet; do not spin on it.
+        tokio::time::sleep_until(deadline.min(Instant::now() + RETRY_PAUSE)).await;
+        Ok(())
+    }
+}
+
+async fn open(connection: &lapin::Connection) -> Result<Channel, lapin::Error> {
+    let channel = connection.create_channel().await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    Ok(channel)
+}
+
+fn short(value: &str) -> Result<ShortString, BrokerError> {
+    ShortString::try_new(value).map_err(|e| {
+        BrokerError::Other(format!(
+            "name {value:?} is not a valid AMQP exchange or routing key: {e}"
+        ))
+    })
+}
