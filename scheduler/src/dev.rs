@@ -55,7 +55,9 @@ impl DevPool {
         workers: usize,
     ) -> Result<DevPool, DevError> {
         let registry = prometheus::Registry::new();
-        let broker = Arc::new(MemoryBroker::with_delivery_limit(config.broker.delivery_limit));
+        let broker = Arc::new(MemoryBroker::with_delivery_limit(
+            config.broker.delivery_limit,
+        ));
         let store = Arc::new(MemoryStore::new());
         let inputs = Arc::new(MemoryInputStore::default());
         let journal = Arc::new(MemoryJournal::default());
@@ -114,7 +116,16 @@ impl DevPool {
             });
         }
         tasks.close();
-        Ok(DevPool { scheduler, broker, store, journal, transcripts, registry, shutdown, tasks })
+        Ok(DevPool {
+            scheduler,
+            broker,
+            store,
+            journal,
+            transcripts,
+            registry,
+            shutdown,
+            tasks,
+        })
     }
 
     pub fn service(&self) -> Arc<dyn TaskService> {

@@ -13,7 +13,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use rand::Rng;
+use rand::RngExt;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;

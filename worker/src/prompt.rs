@@ -2,7 +2,7 @@
 //! the trust rule and the output contract; evidence arrives in a user message, each piece fenced
 //! behind the attempt's random boundary token and labelled untrusted.
 
-use rand::Rng;
+use rand::RngExt;
 use verdict_proto::evidence::{self, Boundary};
 use verdict_proto::wire::{StageKind, StageRequest, Tool};
 use verdict_proto::{Language, ProtocolId, contract, issue_analysis};

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
-use rand::Rng;
+use rand::RngExt;
 
 use crate::provider::ProviderError;
 
