@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use verdict_proto::wire::EventType;
 use verdict_worker::broker::Broker;
 use verdict_worker::broker::memory::MemoryBroker;
 use verdict_worker::clock::{Clock, SystemClock};
@@ -132,13 +133,15 @@ impl DevPool {
         Arc::new(self.scheduler.clone())
     }
 
-    /// Follows a task until it is terminal (or `timeout` passes), returning its document.
+    /// Follows a task until it is terminal and its closing event is stored (or `timeout`
+    /// passes), returning its document.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<TaskDocument, ServiceError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut after: Option<String> = None;
         loop {
             let doc = self.scheduler.task(id).await?;
-            if doc.state.is_terminal() {
+            let closed = doc.events.iter().any(|e| e.kind == EventType::TaskFinished);
+            if doc.state.is_terminal() && closed {
                 return Ok(doc);
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());

@@ -791,12 +791,9 @@ impl TaskService for Scheduler {
         wait: Duration,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, ServiceError>> {
         Box::pin(async move {
-            let task = self.load(id).await?;
-            let wait = if task.state.is_terminal() {
-                Duration::ZERO
-            } else {
-                wait
-            };
+            // Existence check: an unknown task is a 404, not an empty stream. The wait is the
+            // caller's: a terminal task's closing events may still be on their way.
+            self.load(id).await?;
             self.deps()
                 .events
                 .read(id, after, wait)

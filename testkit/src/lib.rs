@@ -7,6 +7,7 @@
 //!   HTTP errors, malformed bodies, hangs, latency) in a per-model [`Script`].
 //! - [`server`]: [`FakeProvider`], the axum server on a loopback port.
 //! - [`record`]: [`RecordedRequest`], what the server received.
+//! - [`scenario`]: the end-to-end scenarios' configuration, stage answers and sample repository.
 //! - `wire`, `openai`, `anthropic`: the two formats — request checks as strict as the real APIs
 //!   on the fields verdict sends, response rendering and error bodies.
 //!
@@ -37,3 +38,5 @@ pub use record::{RecordedRequest, WaitTimeout};
 pub use script::{Behaviour, Finish, Latency, Reply, Script, ScriptedToolCall, ToolArguments};
 pub use server::FakeProvider;
 pub use wire::Wire;
+
+pub mod scenario;

@@ -35,6 +35,9 @@ pub const ERROR_EVENT: &str = "error";
 
 /// How long one read waits for new events before the stream re-checks the task's state.
 const FOLLOW_WAIT: Duration = Duration::from_secs(15);
+/// How long a terminal task's stream waits for its closing event before ending without it (the
+/// writer crashed between storing the state and appending the events).
+const CLOSING_WAIT: Duration = Duration::from_secs(1);
 /// Idle time after which a keep-alive comment is sent, so proxies and clients see a live stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
@@ -85,6 +88,7 @@ pub(crate) async fn task_events(
         after,
         buffered: VecDeque::new(),
         finished: false,
+        saw_closing: false,
     };
     let stream = futures_util::stream::unfold(follow, |mut follow| async move {
         let event = follow.next().await?;
@@ -102,6 +106,8 @@ struct Follow {
     after: Option<String>,
     buffered: VecDeque<StoredEvent>,
     finished: bool,
+    /// The task's closing event (`task-finished`) has been read.
+    saw_closing: bool,
 }
 
 impl Follow {
@@ -136,8 +142,14 @@ impl Follow {
         }
         let doc = self.service.task(&self.id).await?;
         if doc.state.is_terminal() {
-            // Events stored between the read above and the state check are still sent.
-            if self.read(Duration::ZERO).await? {
+            // The record turns terminal a moment before its closing events are appended; wait
+            // briefly for them so the stream never ends short of `task-finished`.
+            let wait = if self.saw_closing {
+                Duration::ZERO
+            } else {
+                CLOSING_WAIT
+            };
+            if self.read(wait).await? {
                 return Ok(None);
             }
             return Ok(Some(end(&doc)));
@@ -153,6 +165,9 @@ impl Follow {
             .events(&self.id, self.after.as_deref(), wait)
             .await?;
         let any = !batch.is_empty();
+        self.saw_closing |= batch
+            .iter()
+            .any(|e| e.event.kind == EventType::TaskFinished);
         self.buffered.extend(batch);
         Ok(any)
     }
