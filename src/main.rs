@@ -3,6 +3,8 @@
 //! Thin by design: argument parsing and exit codes live here, behaviour lives in the crates.
 
 mod commands;
+mod process;
+mod telemetry;
 
 use std::process::ExitCode;
 
@@ -33,6 +35,13 @@ enum Command {
     Submit(commands::submit::Args),
     /// Follow a task's progress as readable milestones until it ends.
     Tail(commands::tail::Args),
+    /// Run the scheduler: the HTTP API, pipelines, results and sweeper (RabbitMQ + Redis).
+    Scheduler(commands::scheduler::Args),
+    /// Run a worker: consume stage requests and execute them (RabbitMQ + Redis).
+    Worker(commands::worker::Args),
+    /// Run the scheduler and workers in one process on in-memory backends; `dev review` runs
+    /// one review to its end.
+    Dev(commands::dev::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +52,9 @@ fn main() -> ExitCode {
         Command::Contract(args) => commands::contract::run(args),
         Command::Submit(args) => commands::submit::run(args),
         Command::Tail(args) => commands::tail::run(args),
+        Command::Scheduler(args) => commands::scheduler::run(args),
+        Command::Worker(args) => commands::worker::run(args),
+        Command::Dev(args) => commands::dev::run(args),
     };
     match result {
         Ok(code) => code,

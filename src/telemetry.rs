@@ -35,8 +35,11 @@ pub enum LogFormat {
 /// `verdict_worker=debug`).
 pub fn init(service: &str, format: LogFormat) -> anyhow::Result<Telemetry> {
     let filter = EnvFilter::try_from_env("VERDICT_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let mut builder = SdkTracerProvider::builder()
-        .with_resource(Resource::builder().with_service_name(service.to_owned()).build());
+    let mut builder = SdkTracerProvider::builder().with_resource(
+        Resource::builder()
+            .with_service_name(service.to_owned())
+            .build(),
+    );
     if let Ok(endpoint) = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
@@ -58,7 +61,11 @@ pub fn init(service: &str, format: LogFormat) -> anyhow::Result<Telemetry> {
             )
             .try_init(),
         LogFormat::Human => registry
-            .with(tracing_subscriber::fmt::layer().compact().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .compact()
+                    .with_writer(std::io::stderr),
+            )
             .try_init(),
     };
     installed.context("install the tracing subscriber")?;

@@ -78,3 +78,33 @@ pub fn process_id(role: &str) -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".to_owned());
     format!("{role}-{host}-{}", std::process::id())
 }
+
+/// The RabbitMQ settings of a process named `connection_name`.
+pub fn amqp_config(
+    config: &Config,
+    connection_name: &str,
+) -> verdict_worker::broker::amqp::AmqpConfig {
+    let mut c = verdict_worker::broker::amqp::AmqpConfig::new(config.broker.url.clone());
+    c.prefix = config.broker.prefix.clone();
+    c.delivery_limit = config.broker.delivery_limit;
+    c.connection_name = connection_name.to_owned();
+    c
+}
+
+/// The Redis settings.
+pub fn redis_config(config: &Config) -> verdict_worker::store::redis::RedisConfig {
+    let mut c = verdict_worker::store::redis::RedisConfig::new(config.redis.url.clone());
+    c.prefix = config.redis.prefix.clone();
+    c.result_ttl = config.redis.result_ttl;
+    c.transcript_ttl = config.redis.transcript_ttl;
+    c.event_ttl = config.redis.event_ttl;
+    c
+}
+
+/// The repository cache of one process role (`scheduler`, `worker`, `dev`), under
+/// `worker.cache_dir`.
+pub fn git_config(config: &Config, role: &str) -> verdict_worker::repo::GitSourceConfig {
+    let mut c = verdict_worker::repo::GitSourceConfig::new(config.worker.cache_dir.join(role));
+    c.max_snapshot_bytes = config.worker.snapshot_cache_bytes;
+    c
+}

@@ -1,10 +1,13 @@
 //! One module per CLI subcommand; each turns parsed arguments into an exit code.
 
 pub mod contract;
+pub mod dev;
 pub mod diff_lines;
+pub mod scheduler;
 pub mod submit;
 pub mod tail;
 pub mod validate;
+pub mod worker;
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;

@@ -73,6 +73,7 @@ token_env = "VERDICT_API_TOKEN"
 concurrency = 4
 bulk_concurrency = 1
 cache_dir = "{cache}"
+metrics_listen = "127.0.0.1:0"
 shutdown_grace_seconds = 5
 
 [retry]

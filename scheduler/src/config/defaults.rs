@@ -8,12 +8,22 @@ use verdict_proto::wire::{StageKind, Tool};
 /// The configuration used when no file is given (`verdict dev`): the local model that
 /// `ops/bin/llm` serves; every other key takes its default.
 pub const EMBEDDED_DEFAULT_TOML: &str = r#"# verdict's embedded default: the local model served by ops/bin/llm.
+# A 135M-parameter English model on one CPU thread: English output, one reviewer, short answers
+# and two repair rounds keep a first review to a few minutes.
 default_provider = "local"
+output_language = "en"
+protocol_repair_max_attempts = 2
+
+[pipeline]
+reviewers = 1
 
 [providers.local]
 kind = "openai"
 base_url = "http://127.0.0.1:8091"
 model = "smollm2"
+max_tokens = 512
+temperature = 0.2
+timeout_seconds = 180
 "#;
 
 /// `VERDICT_*` variables verdict reads that are not configuration keys; overrides ignore them.

@@ -66,6 +66,16 @@ pub(super) fn headers(properties: &BasicProperties) -> BTreeMap<String, String> 
         .collect()
 }
 
+/// One header as text, including the broker's own (`x-first-death-reason`, …).
+pub(super) fn raw_header(properties: &BasicProperties, name: &str) -> Option<String> {
+    properties
+        .headers()
+        .as_ref()?
+        .inner()
+        .get(name)
+        .and_then(scalar)
+}
+
 /// Quorum queues add `x-delivery-count` from the first redelivery on; its absence on a quorum
 /// queue (all of verdict's queues are) means a first delivery.
 pub(super) fn delivery_count(properties: &BasicProperties) -> Option<u32> {

@@ -133,6 +133,50 @@ impl AmqpBroker {
         unsettled
     }
 
+    /// Takes up to `max` messages off the dead-letter queue (`{prefix}.dead`) with their reason:
+    /// verdict's own `x-verdict-dead-letter-reason`, or RabbitMQ's `x-first-death-reason`
+    /// (e.g. `delivery_limit`). For operators draining the queue and for tests; the messages are
+    /// removed.
+    pub async fn take_dead_letters(
+        &self,
+        max: usize,
+    ) -> Result<Vec<(Message, String)>, BrokerError> {
+        let deadline = tokio::time::Instant::now() + self.shared.config.publish_timeout;
+        let link = self.shared.wait_link(Some(deadline)).await?;
+        let channel = link
+            .connection
+            .create_channel()
+            .await
+            .map_err(|e| BrokerError::Closed(format!("open a channel: {e}")))?;
+        let queue = self.shared.topology.dead_letter_queue();
+        let mut out = Vec::new();
+        while out.len() < max {
+            let got = channel
+                .basic_get(
+                    queue.as_str().into(),
+                    lapin::options::BasicGetOptions { no_ack: true },
+                )
+                .await
+                .map_err(|e| BrokerError::Other(format!("read {queue}: {e}")))?;
+            let Some(got) = got else { break };
+            let properties = &got.delivery.properties;
+            let mut headers = message::headers(properties);
+            let reason = headers
+                .remove(DEAD_LETTER_REASON_HEADER)
+                .or_else(|| message::raw_header(properties, "x-first-death-reason"))
+                .unwrap_or_default();
+            out.push((
+                Message {
+                    body: got.delivery.data.clone(),
+                    headers,
+                },
+                reason,
+            ));
+        }
+        let _ = channel.close(200, "done".into()).await;
+        Ok(out)
+    }
+
     /// Closes the connection at once: consumers stop, waiting publishes fail with
     /// [`BrokerError::Closed`], unsettled deliveries go back to their queues.
     pub async fn close(&self) {

@@ -1,0 +1,129 @@
+//! `verdict worker`: a stateless stage executor process — consumes stage requests from RabbitMQ,
+//! runs them, records results in Redis, publishes them back; `/metrics`, `/healthz`, `/readyz`
+//! on `worker.metrics_listen`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use verdict_scheduler::runtime;
+use verdict_worker::broker::Broker;
+use verdict_worker::broker::amqp::AmqpBroker;
+use verdict_worker::clock::SystemClock;
+use verdict_worker::consumer::Consumer;
+use verdict_worker::executor::{ExecutorDeps, StageExecutor};
+use verdict_worker::metrics::WorkerMetrics;
+use verdict_worker::repo::GitRepositorySource;
+use verdict_worker::store::redis::RedisStore;
+
+use crate::process::{self, Ready};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The configuration file (TOML); without it, the embedded defaults plus VERDICT_*
+    /// overrides.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Interactive stages in flight at once (overrides worker.concurrency).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    concurrency: Option<u16>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let _telemetry = crate::telemetry::init("verdict-worker", crate::telemetry::LogFormat::Json)?;
+    let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    rt.block_on(work(args))
+}
+
+async fn work(args: Args) -> anyhow::Result<ExitCode> {
+    let mut config = process::load_config(args.config.as_deref())?;
+    if let Some(c) = args.concurrency {
+        config.worker.concurrency = usize::from(c);
+    }
+    let worker_id = runtime::process_id("worker");
+    let shutdown = process::shutdown_on_signal();
+    let providers = runtime::provider_registry(&config).context("configure providers")?;
+    let broker = Arc::new(
+        AmqpBroker::connect(runtime::amqp_config(&config, &worker_id))
+            .await
+            .context("connect to RabbitMQ (broker.url)")?,
+    );
+    let store = Arc::new(
+        RedisStore::connect(runtime::redis_config(&config))
+            .await
+            .context("connect to Redis (redis.url)")?,
+    );
+    let git = runtime::git_config(&config, "worker");
+    let repositories = Arc::new(
+        tokio::task::spawn_blocking(move || GitRepositorySource::open(git))
+            .await
+            .context("open the repository cache")??,
+    );
+    let registry = prometheus::Registry::new();
+    let executor = StageExecutor::new(
+        ExecutorDeps {
+            providers,
+            repositories,
+            inputs: store.clone(),
+            journal: store.clone(),
+            transcripts: store.clone(),
+            events: store.clone(),
+            metrics: WorkerMetrics::register(&registry)?,
+            clock: Arc::new(SystemClock),
+        },
+        config.executor_settings(),
+    );
+    let consumer = Consumer::new(
+        executor,
+        broker.clone() as Arc<dyn Broker>,
+        store.clone(),
+        store.clone(),
+        runtime::consumer_settings(&config, worker_id.clone()),
+    );
+
+    let ready = Ready::default();
+    let probe = {
+        let (ready, broker) = (ready.clone(), broker.clone());
+        Arc::new(move || {
+            let h = broker.health();
+            ready.get() && h.connected && h.consumers_alive
+        })
+    };
+    let health_shutdown = tokio_util::sync::CancellationToken::new();
+    let addr = process::serve_health(
+        config.worker.metrics_listen,
+        registry,
+        probe,
+        health_shutdown.clone(),
+    )
+    .await?;
+    tracing::info!(%addr, worker = %worker_id, "WorkerStarted");
+    crate::commands::print(&format!(
+        "verdict worker {worker_id} metrics on http://{addr}\n"
+    ))?;
+
+    ready.set(true);
+    let stopping = {
+        let (ready, shutdown) = (ready.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            // Q4: readiness fails first, so no new traffic is routed here while we drain.
+            ready.set(false);
+        })
+    };
+    consumer
+        .run(shutdown)
+        .await
+        .context("consume stage requests")?;
+    let unsettled = broker.shutdown(config.worker.shutdown_grace).await;
+    if unsettled > 0 {
+        tracing::warn!(
+            unsettled,
+            "deliveries left unsettled at shutdown; the broker redelivers them"
+        );
+    }
+    health_shutdown.cancel();
+    let _ = stopping.await;
+    Ok(ExitCode::SUCCESS)
+}
