@@ -31,10 +31,15 @@ pub enum LogFormat {
     Human,
 }
 
-/// Installs the global subscriber. `VERDICT_LOG` is the filter (default `info`; e.g.
-/// `verdict_worker=debug`).
+/// Installs the global subscriber. `VERDICT_LOG` is the filter (e.g. `verdict_worker=debug`);
+/// without it, `info` for services and `error` for interactive commands, whose progress is
+/// already printed as milestones.
 pub fn init(service: &str, format: LogFormat) -> anyhow::Result<Telemetry> {
-    let filter = EnvFilter::try_from_env("VERDICT_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let default = match format {
+        LogFormat::Json => "info",
+        LogFormat::Human => "error",
+    };
+    let filter = EnvFilter::try_from_env("VERDICT_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let mut builder = SdkTracerProvider::builder().with_resource(
         Resource::builder()
             .with_service_name(service.to_owned())

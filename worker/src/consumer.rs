@@ -136,6 +136,16 @@ impl Consumer {
         Ok(())
     }
 
+    fn count(&self, result: &str) {
+        self.inner
+            .executor
+            .deps()
+            .metrics
+            .deliveries
+            .with_label_values(&[result])
+            .inc();
+    }
+
     fn cancel_task(&self, task_id: &str) {
         let running = self
             .inner
@@ -159,6 +169,7 @@ impl Consumer {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "dead-lettering a poison stage request");
+                self.count("poison");
                 match self
                     .inner
                     .broker
@@ -191,6 +202,7 @@ impl Consumer {
         let (task, stage) = (request.task_id.clone(), request.stage_id.clone());
         if matches!(self.inner.cancels.is_cancelled(&task).await, Ok(true)) {
             // The task was aborted: its stages are not run and nothing is published.
+            self.count("task_cancelled");
             settle(delivery, Settle::Ack).await;
             return;
         }
@@ -208,6 +220,7 @@ impl Consumer {
                     Ok(()) => Settle::Ack,
                     Err(_) => Settle::Requeue,
                 };
+                self.count("already_done");
                 settle(delivery, settle_as).await;
                 return;
             }
@@ -215,11 +228,13 @@ impl Consumer {
                 // A duplicate of a stage another live worker is running; its delivery stays
                 // unacknowledged there and comes back if that worker dies.
                 tracing::info!(%owner, "stage already running elsewhere; dropping the duplicate delivery");
+                self.count("running_elsewhere");
                 settle(delivery, Settle::Ack).await;
                 return;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot claim the stage; giving the message back");
+                self.count("given_back");
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 settle(delivery, Settle::Requeue).await;
                 return;
@@ -241,13 +256,22 @@ impl Consumer {
                     ..
                 }
             );
+        let requeue = execution
+            .requeue_after
+            .filter(|_| request.attempt <= s.max_requeues);
+        // Counted as soon as the stage has run, before results travel: what happens to this
+        // delivery is decided here.
+        self.count(if shutdown_cancelled {
+            "given_back"
+        } else if requeue.is_some() {
+            "requeued_later"
+        } else {
+            "executed"
+        });
         let settle_as = if shutdown_cancelled {
             // Q4: not a task cancellation — give the stage back for another worker.
             Settle::Requeue
-        } else if let Some(delay) = execution
-            .requeue_after
-            .filter(|_| request.attempt <= s.max_requeues)
-        {
+        } else if let Some(delay) = requeue {
             self.requeue_later(&request, delay).await
         } else {
             self.finish(&execution.result).await

@@ -50,6 +50,11 @@ pub struct WorkerMetrics {
     pub responses_reused: IntCounterVec,
     /// `verdict_tool_calls_total{tool, result}`; result `ok`, `error` or `not_executed`.
     pub tool_calls: IntCounterVec,
+    /// `verdict_stage_deliveries_total{result}`: what the consumer did with each delivery —
+    /// `executed`, `requeued_later` (retry with delay), `given_back` (requeued now: shutdown or a
+    /// store outage), `already_done` (result recorded: republished), `running_elsewhere`,
+    /// `task_cancelled`, `poison` (dead-lettered).
+    pub deliveries: IntCounterVec,
 }
 
 impl WorkerMetrics {
@@ -153,6 +158,13 @@ impl WorkerMetrics {
                 ),
                 &["tool", "result"],
             )?,
+            deliveries: IntCounterVec::new(
+                Opts::new(
+                    "verdict_stage_deliveries_total",
+                    "Stage request deliveries by what the worker did with them.",
+                ),
+                &["result"],
+            )?,
         };
         registry.register(Box::new(m.stage_duration.clone()))?;
         registry.register(Box::new(m.stage_outcomes.clone()))?;
@@ -168,6 +180,7 @@ impl WorkerMetrics {
         registry.register(Box::new(m.rate_limit_wait_seconds.clone()))?;
         registry.register(Box::new(m.responses_reused.clone()))?;
         registry.register(Box::new(m.tool_calls.clone()))?;
+        registry.register(Box::new(m.deliveries.clone()))?;
         Ok(m)
     }
 }

@@ -177,6 +177,50 @@ impl AmqpBroker {
         Ok(out)
     }
 
+    /// Deletes every queue and exchange of this broker's prefix, messages included. For tearing
+    /// down a test or a decommissioned deployment; destructive by design. Best effort: what is
+    /// already gone is skipped.
+    pub async fn delete_topology(&self) -> Result<(), BrokerError> {
+        let deadline = tokio::time::Instant::now() + self.shared.config.publish_timeout;
+        let link = self.shared.wait_link(Some(deadline)).await?;
+        let t = &self.shared.topology;
+        let mut queues = vec![
+            t.queue(Route::Stages(verdict_proto::wire::Priority::Interactive)),
+            t.queue(Route::Stages(verdict_proto::wire::Priority::Bulk)),
+            t.queue(Route::Results),
+            t.dead_letter_queue(),
+        ];
+        queues.extend(t.delay_queues());
+        let exchanges = [
+            t.stages_exchange(),
+            t.results_exchange(),
+            t.delay_exchange(),
+            t.dead_letter_exchange(),
+        ];
+        for queue in queues {
+            // One channel each: a failed delete closes its channel.
+            if let Ok(channel) = link.connection.create_channel().await {
+                let _ = channel
+                    .queue_delete(
+                        queue.as_str().into(),
+                        lapin::options::QueueDeleteOptions::default(),
+                    )
+                    .await;
+            }
+        }
+        for exchange in exchanges {
+            if let Ok(channel) = link.connection.create_channel().await {
+                let _ = channel
+                    .exchange_delete(
+                        exchange.as_str().into(),
+                        lapin::options::ExchangeDeleteOptions::default(),
+                    )
+                    .await;
+            }
+        }
+        Ok(())
+    }
+
     /// Closes the connection at once: consumers stop, waiting publishes fail with
     /// [`BrokerError::Closed`], unsettled deliveries go back to their queues.
     pub async fn close(&self) {

@@ -96,6 +96,14 @@ impl Topology {
 
     /// The bucket a delay goes to: the smallest one at least as long, or the longest one when the
     /// delay exceeds them all (the message then comes back early rather than never).
+    /// Every delay queue's name.
+    pub(super) fn delay_queues(&self) -> Vec<String> {
+        self.delay_buckets_ms
+            .iter()
+            .map(|ms| self.delay_queue(*ms))
+            .collect()
+    }
+
     pub(super) fn bucket_for(&self, delay_ms: u64) -> u64 {
         self.delay_buckets_ms
             .iter()

@@ -353,6 +353,39 @@ impl RedisStore {
         &self.inner.config
     }
 
+    /// Deletes every key under this store's prefix (`SCAN` + `DEL`) and returns how many. For
+    /// tearing down a test or a decommissioned deployment; destructive by design.
+    pub async fn purge(&self) -> Result<usize, StoreError> {
+        let pattern = format!("{}*", self.inner.config.prefix);
+        let mut cursor: u64 = 0;
+        let mut deleted = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = self
+                .query(
+                    "scan",
+                    &pattern,
+                    Replay::Safe,
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(500),
+                )
+                .await?;
+            if !keys.is_empty() {
+                let n: usize = self
+                    .query("del", &pattern, Replay::Safe, redis::cmd("DEL").arg(&keys))
+                    .await?;
+                deleted += n;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
     /// `{prefix}{kind}:{rest}`.
     fn key(&self, kind: &str, rest: &str) -> String {
         format!("{}{kind}:{rest}", self.inner.config.prefix)
