@@ -46,6 +46,8 @@ struct Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        // Stop the processes first: a live worker re-declares queues deleted under it.
+        drop(std::mem::take(&mut self._processes));
         // Leave nothing behind on the shared RabbitMQ and Redis.
         let isolation = self.isolation.clone();
         let _ = std::thread::spawn(move || {
@@ -82,7 +84,7 @@ fn redis(i: &Isolation) -> RedisConfig {
 /// Starts `verdict <role> --config <file>` and waits for its first stdout line (it prints one when
 /// it is up), returning the process and that line.
 fn spawn(role: &str, config: &Path) -> (Proc, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+    let child = Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args([role, "--config"])
         .arg(config)
         .env("VERDICT_API_TOKEN", TOKEN)
@@ -92,7 +94,9 @@ fn spawn(role: &str, config: &Path) -> (Proc, String) {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    // Owned by a `Proc` at once, so a failure below still kills it.
+    let mut proc = Proc(child);
+    let stdout = proc.0.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -103,7 +107,7 @@ fn spawn(role: &str, config: &Path) -> (Proc, String) {
         .recv_timeout(Duration::from_secs(60))
         .unwrap_or_else(|_| panic!("verdict {role} did not start within 60 s"));
     assert!(!line.is_empty(), "verdict {role} exited before starting");
-    (Proc(child), line)
+    (proc, line)
 }
 
 async fn pool(script: impl FnOnce(&FakeProvider)) -> Pool {
