@@ -16,6 +16,39 @@ pub fn redact(text: &str) -> String {
     out
 }
 
+/// Hides the credentials of every `scheme://userinfo@host` URL in `text`: `user:password@`
+/// becomes `user:[REDACTED]@` (the user name helps an operator and is not a secret), and a
+/// userinfo without a password becomes `[REDACTED]@`, because HTTPS git remotes put tokens there
+/// (`https://ghp_…@github.com`). scp-like remotes (`git@host:path`) have no `://` and name a
+/// user, not a secret: they are left alone.
+pub fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let authority_start = at + 3;
+        out.push_str(&rest[..authority_start]);
+        let tail = &rest[authority_start..];
+        let authority_len = tail
+            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..authority_len];
+        match authority.rfind('@') {
+            Some(userinfo_end) => {
+                if let Some((user, _)) = authority[..userinfo_end].split_once(':') {
+                    out.push_str(user);
+                    out.push(':');
+                }
+                out.push_str(REDACTED);
+                out.push_str(&authority[userinfo_end..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[authority_len..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A single-line-safe preview for humans: secrets redacted, control characters (except newline
 /// and tab) replaced by spaces, at most `max_chars` characters with an ellipsis when cut.
 pub fn safe_preview(text: &str, max_chars: usize) -> String {
@@ -236,6 +269,24 @@ mod tests {
         assert_eq!(r, "before\n[REDACTED]\nafter");
         let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----";
         assert_eq!(redact(cert), cert);
+    }
+
+    #[test]
+    fn url_credentials_are_hidden_user_names_kept() {
+        assert_eq!(
+            redact_urls(
+                "fetch https://bot:s3cret@git.example.com/a.git failed; amqp://guest:guest@mq:5672/%2f"
+            ),
+            "fetch https://bot:[REDACTED]@git.example.com/a.git failed; amqp://guest:[REDACTED]@mq:5672/%2f"
+        );
+        assert_eq!(
+            redact_urls("https://ghp_token@github.com/o/r"),
+            "https://[REDACTED]@github.com/o/r"
+        );
+        assert_eq!(
+            redact_urls("git@github.com:o/r.git and https://host/x"),
+            "git@github.com:o/r.git and https://host/x"
+        );
     }
 
     #[test]

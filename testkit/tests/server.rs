@@ -1,6 +1,7 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The fake provider over real HTTP: both wire formats, every behaviour, recording, waiting and
 //! shutdown.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,8 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The providers against real servers: both HTTP wire formats against the fake provider (request
 //! shapes as the server received them, responses, every E4 failure kind, timeouts, cancellation,
 //! no leaked key), and `exec` against `/bin/sh` scripts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,6 +1,7 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Repository snapshots from real git repositories, and the read-only tools over them
 //! (SPEC E1, R2): what a stage sees of a repository, and what it can never see.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -349,7 +350,7 @@ async fn an_unreachable_host_is_retryable_and_its_credentials_stay_secret() {
     let shown = format!("{err} {err:?}");
     assert!(!shown.contains("s3cr3t"), "{shown}");
     assert!(
-        shown.contains("https://[REDACTED]@127.0.0.1:1/o/r.git"),
+        shown.contains("https://user:[REDACTED]@127.0.0.1:1/o/r.git"),
         "{shown}"
     );
     // Nothing on disk holds the token either.

@@ -1,7 +1,8 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Confinement as a property (SPEC E1, R2): whatever path a model sends to `read`, `ls`, `find`
 //! or `grep` — any mix of `..`, `/`, `.`, names and symlink names — nothing outside the snapshot
 //! ever shows up in the output, and a path with `..` or a leading `/` is always refused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;

@@ -360,22 +360,9 @@ fn quote(text: &str) -> String {
     format!("{:?}", verdict_proto::redact::redact(&redact_url(text)))
 }
 
-/// `text` with the password of a URL's user info replaced (the whole user info when it has no
-/// `:`, since a lone user name is often a token).
+/// `text` with the credentials of its URLs hidden ([`verdict_proto::redact::redact_urls`]).
 pub(super) fn redact_url(text: &str) -> String {
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return text.to_owned();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    let Some(at) = authority.rfind('@') else {
-        return text.to_owned();
-    };
-    let user = match authority[..at].split_once(':') {
-        Some((user, _)) => format!("{user}:[REDACTED]"),
-        None => "[REDACTED]".to_owned(),
-    };
-    format!("{scheme}://{user}@{}", &rest[at + 1..])
+    verdict_proto::redact::redact_urls(text)
 }
 
 /// The parts of a URL the checks need.

@@ -191,31 +191,10 @@ impl RepoError {
     }
 }
 
-/// Replaces the userinfo of every `scheme://user:password@host` in `text` with `[REDACTED]`,
-/// because HTTPS remotes often carry a token there (`https://x-access-token:ghs_…@github.com`).
-/// scp-like remotes (`git@host:path`) name a user, not a secret, and are left alone.
+/// Hides the credentials of every URL in `text` (HTTPS remotes often carry a token:
+/// `https://x-access-token:ghs_…@github.com`); see [`verdict_proto::redact::redact_urls`].
 pub fn redact_url(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("://") {
-        let authority_start = at + 3;
-        out.push_str(&rest[..authority_start]);
-        let tail = &rest[authority_start..];
-        let authority_len = tail
-            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
-            .unwrap_or(tail.len());
-        let authority = &tail[..authority_len];
-        match authority.rfind('@') {
-            Some(userinfo_end) => {
-                out.push_str(verdict_proto::redact::REDACTED);
-                out.push_str(&authority[userinfo_end..]);
-            }
-            None => out.push_str(authority),
-        }
-        rest = &tail[authority_len..];
-    }
-    out.push_str(rest);
-    out
+    verdict_proto::redact::redact_urls(text)
 }
 
 #[cfg(test)]
@@ -226,11 +205,11 @@ mod tests {
     fn userinfo_is_redacted_everywhere() {
         assert_eq!(
             redact_url("https://user:token@host/a.git"),
-            "https://[REDACTED]@host/a.git"
+            "https://user:[REDACTED]@host/a.git"
         );
         assert_eq!(
             redact_url("fatal: 'https://tok@h.example/x' and http://a:b@c:8080?x failed"),
-            "fatal: 'https://[REDACTED]@h.example/x' and http://[REDACTED]@c:8080?x failed"
+            "fatal: 'https://[REDACTED]@h.example/x' and http://a:[REDACTED]@c:8080?x failed"
         );
         assert_eq!(
             redact_url("https://host/path@v1"),
@@ -243,7 +222,7 @@ mod tests {
         );
         assert_eq!(redact_url("/srv/repos/r"), "/srv/repos/r");
         assert_eq!(redact_url("file:///srv/r"), "file:///srv/r");
-        assert_eq!(redact_url("https://a:b@"), "https://[REDACTED]@");
+        assert_eq!(redact_url("https://a:b@"), "https://a:[REDACTED]@");
     }
 
     #[test]

@@ -140,38 +140,9 @@ fn password(url: &str) -> Option<&str> {
     userinfo.split_once(':').map(|(_, password)| password)
 }
 
-/// `scheme://user:password@host` → `scheme://user:[REDACTED]@host` in every URL of `text`; the
-/// user name stays, because it helps an operator and is not a secret.
+/// The credentials of every URL in `text` hidden (the user name stays).
 fn redact_password(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("://") {
-        let authority_start = at + 3;
-        out.push_str(&rest[..authority_start]);
-        let tail = &rest[authority_start..];
-        let authority_len = tail
-            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
-            .unwrap_or(tail.len());
-        let authority = &tail[..authority_len];
-        match authority.rfind('@') {
-            Some(userinfo_end) => {
-                let userinfo = &authority[..userinfo_end];
-                match userinfo.split_once(':') {
-                    Some((user, _)) => {
-                        out.push_str(user);
-                        out.push(':');
-                        out.push_str(REDACTED);
-                    }
-                    None => out.push_str(userinfo),
-                }
-                out.push_str(&authority[userinfo_end..]);
-            }
-            None => out.push_str(authority),
-        }
-        rest = &tail[authority_len..];
-    }
-    out.push_str(rest);
-    out
+    verdict_proto::redact::redact_urls(text)
 }
 
 #[cfg(test)]
@@ -194,7 +165,8 @@ mod tests {
             AmqpConfig::new("amqp://127.0.0.1:5672/%2f").redacted_url(),
             "amqp://127.0.0.1:5672/%2f"
         );
-        assert_eq!(redact_password("amqp://user@h/"), "amqp://user@h/");
+        // A userinfo without a password may be a token in the user position: hidden too.
+        assert_eq!(redact_password("amqp://user@h/"), "amqp://[REDACTED]@h/");
     }
 
     #[test]

@@ -116,7 +116,7 @@ impl RedisConfig {
         }
     }
 
-    /// The URL with its password replaced by `***`, for errors and logs.
+    /// The URL with its password hidden, for errors and logs.
     pub fn redacted_url(&self) -> String {
         redact_url(&self.url)
     }
@@ -176,11 +176,12 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
-/// The URL with the password (userinfo or a `pass`/`password` query parameter) replaced by `***`.
+/// The URL with its password (userinfo, as every URL in verdict, or a `pass`/`password` query
+/// parameter) hidden.
 pub fn redact_url(url: &str) -> String {
-    let mut out = url.to_owned();
+    let mut out = verdict_proto::redact::redact_urls(url);
     for secret in url_secrets(url) {
-        out = out.replace(&secret, "***");
+        out = out.replace(&secret, verdict_proto::redact::REDACTED);
     }
     out
 }
@@ -538,7 +539,7 @@ fn retry_schedule() -> ExponentialBuilder {
 /// Removes every secret from a message (redis-rs errors may quote connection details).
 fn scrub(secrets: &[String], mut message: String) -> String {
     for secret in secrets {
-        message = message.replace(secret, "***");
+        message = message.replace(secret, verdict_proto::redact::REDACTED);
     }
     message
 }
@@ -572,12 +573,15 @@ mod tests {
     fn passwords_never_reach_the_redacted_url() {
         assert_eq!(
             redact_url("redis://user:s3cret@host:6379/0"),
-            "redis://user:***@host:6379/0"
+            "redis://user:[REDACTED]@host:6379/0"
         );
-        assert_eq!(redact_url("rediss://:s3cret@host"), "rediss://:***@host");
+        assert_eq!(
+            redact_url("rediss://:s3cret@host"),
+            "rediss://:[REDACTED]@host"
+        );
         assert_eq!(
             redact_url("redis+unix:///tmp/r.sock?db=1&pass=s3cret"),
-            "redis+unix:///tmp/r.sock?db=1&pass=***"
+            "redis+unix:///tmp/r.sock?db=1&pass=[REDACTED]"
         );
         assert_eq!(
             redact_url("redis://127.0.0.1:6379"),
