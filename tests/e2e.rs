@@ -199,26 +199,7 @@ async fn review(pool: &Pool, pipeline: &str) -> TaskDocument {
 }
 
 fn happy(fake: &FakeProvider) {
-    fake.script(
-        scenario::TRIAGE,
-        Script::always(Behaviour::text(scenario::TRIAGE_OK)),
-    );
-    fake.script(
-        scenario::SUMMARY,
-        Script::always(Behaviour::text(scenario::SUMMARY_OK)),
-    );
-    fake.script(
-        scenario::REVIEWER,
-        Script::always(Behaviour::text(scenario::REVIEWER_OK)),
-    );
-    fake.script(
-        scenario::VALIDATOR,
-        Script::always(Behaviour::text(scenario::VALIDATOR_OK)),
-    );
-    fake.script(
-        scenario::REVIEW,
-        Script::always(Behaviour::text(scenario::REVIEW_OK)),
-    );
+    scenario::script_valid_answers(fake);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -132,3 +132,14 @@ pub fn sample_repo(dir: &Path) -> std::io::Result<PathBuf> {
     }
     Ok(dir.to_path_buf())
 }
+
+/// Scripts the fake provider so that every stage answers validly, forever; tests then override
+/// the one stage they are about.
+pub fn script_valid_answers(fake: &crate::FakeProvider) {
+    use crate::{Behaviour, Script};
+    fake.script(TRIAGE, Script::always(Behaviour::text(TRIAGE_OK)));
+    fake.script(SUMMARY, Script::always(Behaviour::text(SUMMARY_OK)));
+    fake.script(REVIEWER, Script::always(Behaviour::text(REVIEWER_OK)));
+    fake.script(VALIDATOR, Script::always(Behaviour::text(VALIDATOR_OK)));
+    fake.script(REVIEW, Script::always(Behaviour::text(REVIEW_OK)));
+}
