@@ -431,7 +431,6 @@ impl Scheduler {
                     if let Some((repo, diff)) = prep.clone() {
                         t.repository = Some(repo);
                         if let Some(d) = diff {
-                            t.inputs.diff = Some(d.whole);
                             t.inputs.diff_files = d.files;
                             t.inputs.diffstat = Some(d.diffstat);
                             t.coverage = d.coverage;

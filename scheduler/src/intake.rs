@@ -12,27 +12,19 @@ use crate::task::DiffFile;
 /// The review inputs derived from one diff.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreparedDiff {
-    pub whole: InputRef,
     pub files: Vec<DiffFile>,
     pub diffstat: String,
     pub coverage: Coverage,
 }
 
 /// Splits `text` into per-file pieces at each `diff --git` line (git's own output always has
-/// them), stores the whole diff and every piece, and decides which files reviewers see.
+/// them), stores every piece by content hash, and decides which files reviewers see. Stages only
+/// ever receive pieces, so the whole diff is not stored.
 pub async fn prepare(
     store: &dyn InputStore,
     text: &str,
     max_diff_bytes: usize,
 ) -> Result<PreparedDiff, verdict_worker::inputs::InputError> {
-    let whole_hash = store.put(text.as_bytes()).await?;
-    let whole = InputRef {
-        name: "diff".to_owned(),
-        content: InputContent::Stored {
-            sha256: whole_hash,
-            bytes: text.len() as u64,
-        },
-    };
     let mut files = Vec::new();
     let mut stat = String::new();
     let mut budget_left = max_diff_bytes;
@@ -92,7 +84,6 @@ pub async fn prepare(
             .collect(),
     };
     Ok(PreparedDiff {
-        whole,
         files,
         diffstat: stat,
         coverage,

@@ -7,7 +7,7 @@
 //! - [`service`]: the `TaskService` trait the API and CLI talk to, and the submissions.
 //! - [`engine`]: the `Scheduler` implementing it: intake, results loop, sweeper, all on the
 //!   broker and store traits.
-//! - [`intake`]: a review's diff stored and cut into per-file pieces, with coverage.
+//! - [`intake`]: a review's diff cut into per-file pieces stored by hash, with coverage.
 //! - [`task`]: the task record (one versioned document per task).
 //! - [`pipeline`]: S1–S7 as a pure state machine over the record.
 //! - [`result`]: result models and the multi-stage result policy.

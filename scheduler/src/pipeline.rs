@@ -20,7 +20,7 @@ use verdict_proto::wire::{
 };
 use verdict_proto::{Language, ValidateOptions};
 
-use crate::document::{NotReviewed, TaskState};
+use crate::document::TaskState;
 use crate::result::{self, Candidate, ReviewResult};
 use crate::task::{PipelineKind, StageRecord, StageStatus, TaskRecord};
 
@@ -807,18 +807,4 @@ fn finished_message(id: &str, outcome: &StageOutcome, language: Language) -> Str
         }
         StageOutcome::ExecutionFailure { kind, .. } => format!("{title} failed to run ({kind})."),
     }
-}
-
-/// Files listed as not reviewed, from intake decisions (binary, over budget).
-pub fn not_reviewed(task: &TaskRecord) -> Vec<NotReviewed> {
-    task.inputs
-        .diff_files
-        .iter()
-        .filter_map(|f| {
-            f.excluded.as_ref().map(|reason| NotReviewed {
-                path: f.path.clone(),
-                reason: reason.clone(),
-            })
-        })
-        .collect()
 }

@@ -86,9 +86,6 @@ pub struct TaskInputs {
     pub title: Option<String>,
     #[serde(default)]
     pub body: Option<String>,
-    /// The review's whole diff, stored once by content hash.
-    #[serde(default)]
-    pub diff: Option<InputRef>,
     /// Per-file pieces of the diff, for sharding reviewers.
     #[serde(default)]
     pub diff_files: Vec<DiffFile>,

@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -13,7 +12,6 @@ use verdict_scheduler::dev::DevPool;
 use verdict_scheduler::milestone;
 use verdict_scheduler::runtime;
 use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions, TaskService};
-use verdict_worker::repo::GitRepositorySource;
 
 use crate::process;
 
@@ -73,12 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 async fn dev(args: Args) -> anyhow::Result<ExitCode> {
     let config = process::load_config(args.config.as_deref())?;
     let providers = runtime::provider_registry(&config).context("configure providers")?;
-    let git = runtime::git_config(&config, "dev");
-    let repositories = Arc::new(
-        tokio::task::spawn_blocking(move || GitRepositorySource::open(git))
-            .await
-            .context("open the repository cache")??,
-    );
+    let repositories = process::open_repositories(&config, "dev").await?;
     let pool = DevPool::start(&config, providers, repositories, args.workers)?;
     let code = match args.command {
         Some(DevCommand::Review(review)) => run_review(&pool, review).await,
@@ -155,6 +148,5 @@ async fn serve(pool: &DevPool, listen: std::net::SocketAddr) -> anyhow::Result<E
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
         .context("serve the API")?;
-    let _: Arc<dyn TaskService> = pool.service();
     Ok(ExitCode::SUCCESS)
 }

@@ -10,10 +10,7 @@ use verdict_scheduler::api::{self, ApiAuth};
 use verdict_scheduler::engine::{Scheduler, SchedulerDeps};
 use verdict_scheduler::metrics::SchedulerMetrics;
 use verdict_scheduler::runtime;
-use verdict_worker::broker::amqp::AmqpBroker;
 use verdict_worker::clock::SystemClock;
-use verdict_worker::repo::GitRepositorySource;
-use verdict_worker::store::redis::RedisStore;
 
 use crate::process;
 
@@ -50,25 +47,9 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     };
     let shutdown = process::shutdown_on_signal();
 
-    let broker = Arc::new(
-        AmqpBroker::connect(runtime::amqp_config(
-            &config,
-            &runtime::process_id("scheduler"),
-        ))
-        .await
-        .context("connect to RabbitMQ (broker.url)")?,
-    );
-    let store = Arc::new(
-        RedisStore::connect(runtime::redis_config(&config))
-            .await
-            .context("connect to Redis (redis.url)")?,
-    );
-    let git = runtime::git_config(&config, "scheduler");
-    let repositories = Arc::new(
-        tokio::task::spawn_blocking(move || GitRepositorySource::open(git))
-            .await
-            .context("open the repository cache")??,
-    );
+    let (broker, store) =
+        process::connect_backends(&config, &runtime::process_id("scheduler")).await?;
+    let repositories = process::open_repositories(&config, "scheduler").await?;
     let registry = prometheus::Registry::new();
     let scheduler = Scheduler::new(
         SchedulerDeps {

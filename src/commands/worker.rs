@@ -9,13 +9,10 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use verdict_scheduler::runtime;
 use verdict_worker::broker::Broker;
-use verdict_worker::broker::amqp::AmqpBroker;
 use verdict_worker::clock::SystemClock;
 use verdict_worker::consumer::Consumer;
 use verdict_worker::executor::{ExecutorDeps, StageExecutor};
 use verdict_worker::metrics::WorkerMetrics;
-use verdict_worker::repo::GitRepositorySource;
-use verdict_worker::store::redis::RedisStore;
 
 use crate::process::{self, Ready};
 
@@ -44,22 +41,8 @@ async fn work(args: Args) -> anyhow::Result<ExitCode> {
     let worker_id = runtime::process_id("worker");
     let shutdown = process::shutdown_on_signal();
     let providers = runtime::provider_registry(&config).context("configure providers")?;
-    let broker = Arc::new(
-        AmqpBroker::connect(runtime::amqp_config(&config, &worker_id))
-            .await
-            .context("connect to RabbitMQ (broker.url)")?,
-    );
-    let store = Arc::new(
-        RedisStore::connect(runtime::redis_config(&config))
-            .await
-            .context("connect to Redis (redis.url)")?,
-    );
-    let git = runtime::git_config(&config, "worker");
-    let repositories = Arc::new(
-        tokio::task::spawn_blocking(move || GitRepositorySource::open(git))
-            .await
-            .context("open the repository cache")??,
-    );
+    let (broker, store) = process::connect_backends(&config, &worker_id).await?;
+    let repositories = process::open_repositories(&config, "worker").await?;
     let registry = prometheus::Registry::new();
     let executor = StageExecutor::new(
         ExecutorDeps {

@@ -10,10 +10,6 @@ use verdict_proto::{Language, ProtocolId, contract, issue_analysis};
 use crate::inputs::ResolvedInput;
 use crate::provider::Message;
 
-/// Bumped whenever the wording below changes meaningfully; part of response-cache keys (X3) so a
-/// new prompt never reuses answers to an old one.
-pub const PROMPT_VERSION: u32 = 1;
-
 /// A fresh random boundary token for one conversation.
 pub fn new_boundary() -> Boundary {
     Boundary::from_random_bytes(&rand::rng().random::<[u8; 24]>())
