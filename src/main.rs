@@ -1,6 +1,7 @@
 //! The `verdict` binary: one artefact for the CLI, the scheduler and the workers.
 //!
-//! Thin by design: argument parsing and exit codes live here, behaviour lives in the crates.
+//! Thin by design: argument parsing, exit codes, signals and log setup live here; the wiring of
+//! processes is the `verdict` library (`src/lib.rs`), behaviour lives in the crates.
 
 mod commands;
 mod process;

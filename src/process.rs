@@ -12,7 +12,7 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
-use verdict_scheduler::config::Config;
+use verdict::config::Config;
 
 /// Loads and validates the configuration (file or embedded default, plus `VERDICT_*`
 /// overrides), logging its warnings.
@@ -108,37 +108,4 @@ impl Ready {
     pub fn get(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
-}
-
-/// RabbitMQ and Redis for a process named `name`, with errors naming the config key to fix.
-pub async fn connect_backends(
-    config: &Config,
-    name: &str,
-) -> anyhow::Result<(
-    Arc<verdict_worker::broker::amqp::AmqpBroker>,
-    Arc<verdict_worker::store::redis::RedisStore>,
-)> {
-    use verdict_scheduler::runtime;
-    let broker =
-        verdict_worker::broker::amqp::AmqpBroker::connect(runtime::amqp_config(config, name))
-            .await
-            .context("connect to RabbitMQ (broker.url)")?;
-    let store = verdict_worker::store::redis::RedisStore::connect(runtime::redis_config(config))
-        .await
-        .context("connect to Redis (redis.url)")?;
-    Ok((Arc::new(broker), Arc::new(store)))
-}
-
-/// The repository cache of process role `role` (`scheduler`, `worker`, `dev`), opened off the
-/// async threads (it scans the cache directory).
-pub async fn open_repositories(
-    config: &Config,
-    role: &str,
-) -> anyhow::Result<Arc<verdict_worker::repo::GitRepositorySource>> {
-    let git = verdict_scheduler::runtime::git_config(config, role);
-    let source =
-        tokio::task::spawn_blocking(move || verdict_worker::repo::GitRepositorySource::open(git))
-            .await
-            .context("open the repository cache")??;
-    Ok(Arc::new(source))
 }

@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use verdict_backends::BoxFuture;
+use verdict_backends::secret::Secret;
+use verdict_backends::store::StoredEvent;
 use verdict_proto::wire::{EventType, ProgressEvent, Usage, WIRE_VERSION};
 use verdict_scheduler::api::{self, ApiAuth};
 use verdict_scheduler::document::{Coverage, TaskDocument, TaskKind, TaskState, Timings};
@@ -17,9 +20,6 @@ use verdict_scheduler::service::{
     IssueAnalysisSubmission, Readiness, ReviewSubmission, ScanSubmission, ServiceError, Submitted,
     TaskService,
 };
-use verdict_worker::BoxFuture;
-use verdict_worker::provider::Secret;
-use verdict_worker::store::StoredEvent;
 
 const TOKEN: &str = "cli-test-token";
 const FALLBACK: &str =

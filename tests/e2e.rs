@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
+use verdict_backends::broker::{Broker, Message, Route};
+use verdict_backends::store::DocumentStore;
+use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_proto::outcome::FailureKind;
 use verdict_proto::wire::{EventType, Priority, StageRequest};
 use verdict_scheduler::client::ApiClient;
@@ -16,10 +20,6 @@ use verdict_scheduler::document::{TaskDocument, TaskState};
 use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions};
 use verdict_testkit::scenario::{self, Isolation};
 use verdict_testkit::{Behaviour, FakeProvider, Script};
-use verdict_worker::broker::amqp::{AmqpBroker, AmqpConfig};
-use verdict_worker::broker::{Broker, Message, Route};
-use verdict_worker::store::DocumentStore;
-use verdict_worker::store::redis::{RedisConfig, RedisStore};
 
 const TOKEN: &str = "e2e-token-7d1f";
 

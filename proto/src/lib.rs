@@ -16,11 +16,14 @@
 //! - [`outcome`]: the classified end of every stage attempt (E4).
 //! - [`redact`]: secret redaction and safe previews (E4, O4, R3).
 //! - [`wire`]: the versioned messages between scheduler and workers.
+//! - [`chat`]: the provider-neutral chat vocabulary (messages, tool calls, request, response).
+//! - [`transcript`]: what one stage attempt did, as stored for operators (O4).
 //!
 //! **Invariant:** this crate does no I/O — no files, sockets, clocks, randomness or async runtime.
 //! Callers pass in everything that varies (boundary markers, timestamps), so every function here is
 //! deterministic and testable from data files.
 
+pub mod chat;
 pub mod contract;
 pub mod contracts;
 pub mod diagnostic;
@@ -39,6 +42,7 @@ pub mod repair;
 pub mod review;
 pub mod scan;
 pub mod severity;
+pub mod transcript;
 pub mod validate;
 pub mod wire;
 

@@ -13,9 +13,9 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use reqwest::{RequestBuilder, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use verdict_backends::secret::Secret;
+use verdict_backends::store::StoredEvent;
 use verdict_proto::wire::ProgressEvent;
-use verdict_worker::provider::Secret;
-use verdict_worker::store::StoredEvent;
 
 use crate::api::routes::task_location;
 use crate::api::sse::{END_EVENT, ERROR_EVENT, StreamEnd};

@@ -13,16 +13,16 @@ use std::time::Duration;
 use rand::RngExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use verdict_backends::BoxFuture;
+use verdict_backends::broker::{Broker, Delivery, Message, Route};
+use verdict_backends::clock::Clock;
+use verdict_backends::repo::RepositorySource;
+use verdict_backends::store::InputStore;
+use verdict_backends::store::{CancelSignals, DocumentStore, EventLog, StoreError, StoredEvent};
 use verdict_proto::Language;
 use verdict_proto::wire::{
     self, EventType, Priority, ProgressEvent, RepositoryRef, StageResult, WIRE_VERSION,
 };
-use verdict_worker::BoxFuture;
-use verdict_worker::broker::{Broker, Delivery, Message, Route};
-use verdict_worker::clock::Clock;
-use verdict_worker::inputs::InputStore;
-use verdict_worker::repo::RepositorySource;
-use verdict_worker::store::{CancelSignals, DocumentStore, EventLog, StoreError, StoredEvent};
 
 use crate::document::{TaskDocument, TaskState};
 use crate::intake;
@@ -106,7 +106,7 @@ impl Scheduler {
     pub async fn run(
         &self,
         shutdown: CancellationToken,
-    ) -> Result<(), verdict_worker::broker::BrokerError> {
+    ) -> Result<(), verdict_backends::broker::BrokerError> {
         let mut results = self.deps().broker.consume(Route::Results, 32).await?;
         let mut sweep = tokio::time::interval(self.inner.settings.sweep_interval);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -320,7 +320,7 @@ impl Scheduler {
                 .headers
                 .insert("x-verdict-task".into(), task.id.clone());
             message.headers.insert("x-verdict-stage".into(), id.clone());
-            verdict_worker::trace::inject(&mut message.headers);
+            verdict_backends::trace::inject(&mut message.headers);
             match self
                 .deps()
                 .broker

@@ -2,9 +2,9 @@
 //! hash, cut into per-file pieces for reviewer shards, with honest coverage (SPEC X4): every file
 //! left out is listed with the reason.
 
+use verdict_backends::store::InputStore;
 use verdict_proto::diff;
 use verdict_proto::wire::{InputContent, InputRef};
-use verdict_worker::inputs::InputStore;
 
 use crate::document::{Coverage, NotReviewed};
 use crate::task::DiffFile;
@@ -24,7 +24,7 @@ pub async fn prepare(
     store: &dyn InputStore,
     text: &str,
     max_diff_bytes: usize,
-) -> Result<PreparedDiff, verdict_worker::inputs::InputError> {
+) -> Result<PreparedDiff, verdict_backends::store::InputError> {
     let mut files = Vec::new();
     let mut stat = String::new();
     let mut budget_left = max_diff_bytes;
@@ -127,13 +127,13 @@ fn count_changes(piece: &str) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use verdict_worker::inputs::MemoryInputStore;
+    use verdict_backends::store::memory::MemoryStore;
 
     const DIFF: &str = "diff --git a/src/a.rs b/src/a.rs\n--- a/src/a.rs\n+++ b/src/a.rs\n@@ -1,2 +1,3 @@\n x\n+y\n z\ndiff --git a/logo.png b/logo.png\nBinary files a/logo.png and b/logo.png differ\ndiff --git a/big.rs b/big.rs\n--- a/big.rs\n+++ b/big.rs\n@@ -1 +1 @@\n-old line that is long enough to go over the tiny budget\n+new line that is long enough to go over the tiny budget\n";
 
     #[tokio::test]
     async fn files_are_stored_and_left_out_with_reasons() {
-        let store = MemoryInputStore::default();
+        let store = MemoryStore::new();
         let p = prepare(&store, DIFF, 150).await.unwrap();
         assert_eq!(p.files.len(), 3);
         assert_eq!(p.coverage.files_reviewed, vec!["src/a.rs"]);

@@ -2,8 +2,6 @@
 //! streams and the HTTP API.
 //!
 //! # Layout (in the order a task flows through it)
-//! - [`config`]: the configuration file and `VERDICT_*` overrides, validated into a typed
-//!   `Config` at start-up.
 //! - [`service`]: the `TaskService` trait the API and CLI talk to, and the submissions.
 //! - [`engine`]: the `Scheduler` implementing it: intake, results loop, sweeper, all on the
 //!   broker and store traits.
@@ -13,16 +11,12 @@
 //! - [`result`]: result models and the multi-stage result policy.
 //! - [`document`]: the task document the API returns.
 //! - [`metrics`]: every scheduler metric.
-//! - [`runtime`]: from the configuration to the settings each process runs with.
-//! - [`dev`]: the whole pool in one process on in-memory backends (`verdict dev`).
 //! - [`api`]: the HTTP API over a `TaskService` (axum router).
 //! - [`client`]: the API's client, for the CLI (`verdict submit`, `verdict tail`).
 //! - [`milestone`]: progress events as one readable line each.
 
 pub mod api;
 pub mod client;
-pub mod config;
-pub mod dev;
 pub mod document;
 pub mod engine;
 pub mod intake;
@@ -30,6 +24,5 @@ pub mod metrics;
 pub mod milestone;
 pub mod pipeline;
 pub mod result;
-pub mod runtime;
 pub mod service;
 pub mod task;

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use verdict_backends::BoxFuture;
+use verdict_backends::store::StoredEvent;
 use verdict_proto::wire::Priority;
-use verdict_worker::BoxFuture;
-use verdict_worker::store::StoredEvent;
 
 use crate::document::TaskDocument;
 

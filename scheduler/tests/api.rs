@@ -11,6 +11,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use reqwest::header::{ALLOW, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE};
 use serde_json::{Value, json};
+use verdict_backends::BoxFuture;
+use verdict_backends::secret::Secret;
+use verdict_backends::store::StoredEvent;
 use verdict_proto::wire::{EventType, ProgressEvent, Usage, WIRE_VERSION};
 use verdict_scheduler::api::{self, ApiAuth, MAX_BODY_BYTES, StreamEnd};
 use verdict_scheduler::client::{ApiClient, ClientError, ReconnectPolicy, StreamItem};
@@ -19,9 +22,6 @@ use verdict_scheduler::service::{
     IssueAnalysisSubmission, IssueInput, Readiness, ReviewSubmission, ScanSubmission, ServiceError,
     SubmissionOptions, Submitted, TaskService,
 };
-use verdict_worker::BoxFuture;
-use verdict_worker::provider::Secret;
-use verdict_worker::store::StoredEvent;
 
 const TOKEN: &str = "test-token-1";
 

@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use verdict::dev::DevPool;
+use verdict::runtime::{self, Role};
 use verdict_scheduler::api::{self, ApiAuth};
-use verdict_scheduler::dev::DevPool;
 use verdict_scheduler::milestone;
-use verdict_scheduler::runtime;
 use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions, TaskService};
 
 use crate::process;
@@ -71,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 async fn dev(args: Args) -> anyhow::Result<ExitCode> {
     let config = process::load_config(args.config.as_deref())?;
     let providers = runtime::provider_registry(&config).context("configure providers")?;
-    let repositories = process::open_repositories(&config, "dev").await?;
+    let repositories = runtime::open_repositories(&config, Role::Dev).await?;
     let pool = DevPool::start(&config, providers, repositories, args.workers)?;
     let code = match args.command {
         Some(DevCommand::Review(review)) => run_review(&pool, review).await,

@@ -6,11 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use verdict::runtime::{self, Assembly, Backends, Role};
 use verdict_scheduler::api::{self, ApiAuth};
-use verdict_scheduler::engine::{Scheduler, SchedulerDeps};
-use verdict_scheduler::metrics::SchedulerMetrics;
-use verdict_scheduler::runtime;
-use verdict_worker::clock::SystemClock;
 
 use crate::process;
 
@@ -47,29 +44,22 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     };
     let shutdown = process::shutdown_on_signal();
 
-    let (broker, store) =
-        process::connect_backends(&config, &runtime::process_id("scheduler")).await?;
-    let repositories = process::open_repositories(&config, "scheduler").await?;
-    let registry = prometheus::Registry::new();
-    let scheduler = Scheduler::new(
-        SchedulerDeps {
-            broker: broker.clone(),
-            documents: store.clone(),
-            events: store.clone(),
-            cancels: store.clone(),
-            inputs: store.clone(),
-            repositories,
-            clock: Arc::new(SystemClock),
-            metrics: SchedulerMetrics::register(&registry)?,
-        },
-        runtime::scheduler_settings(&config),
+    let name = runtime::process_id(Role::Scheduler);
+    let assembly = Assembly::new(
+        &config,
+        Backends::connect(&config, &name, Role::Scheduler).await?,
     );
+    let scheduler = assembly.scheduler()?;
 
     let listener = tokio::net::TcpListener::bind(config.api.listen)
         .await
         .with_context(|| format!("listen on {} (api.listen)", config.api.listen))?;
     let addr = listener.local_addr()?;
-    let app = api::router(Arc::new(scheduler.clone()), auth, registry);
+    let app = api::router(
+        Arc::new(scheduler.clone()),
+        auth,
+        assembly.registry().clone(),
+    );
     tracing::info!(%addr, "SchedulerListening");
     // Scripts and tests read the bound address (api.listen may use port 0).
     crate::commands::print(&format!("verdict scheduler listening on http://{addr}\n"))?;
@@ -86,6 +76,11 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         .context("consume stage results")?;
     shutdown.cancel();
     let _ = server.await;
-    broker.close().await;
+    // Every result taken was settled before `run` returned.
+    assembly
+        .backends()
+        .broker
+        .shutdown(std::time::Duration::ZERO)
+        .await;
     Ok(ExitCode::SUCCESS)
 }

@@ -7,12 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use verdict_scheduler::runtime;
-use verdict_worker::broker::Broker;
-use verdict_worker::clock::SystemClock;
-use verdict_worker::consumer::Consumer;
-use verdict_worker::executor::{ExecutorDeps, StageExecutor};
-use verdict_worker::metrics::WorkerMetrics;
+use verdict::runtime::{self, Assembly, Backends, Role};
 
 use crate::process::{self, Ready};
 
@@ -38,32 +33,15 @@ async fn work(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(c) = args.concurrency {
         config.worker.concurrency = usize::from(c);
     }
-    let worker_id = runtime::process_id("worker");
+    let worker_id = runtime::process_id(Role::Worker);
     let shutdown = process::shutdown_on_signal();
     let providers = runtime::provider_registry(&config).context("configure providers")?;
-    let (broker, store) = process::connect_backends(&config, &worker_id).await?;
-    let repositories = process::open_repositories(&config, "worker").await?;
-    let registry = prometheus::Registry::new();
-    let executor = StageExecutor::new(
-        ExecutorDeps {
-            providers,
-            repositories,
-            inputs: store.clone(),
-            journal: store.clone(),
-            transcripts: store.clone(),
-            events: store.clone(),
-            metrics: WorkerMetrics::register(&registry)?,
-            clock: Arc::new(SystemClock),
-        },
-        config.executor_settings(),
+    let assembly = Assembly::new(
+        &config,
+        Backends::connect(&config, &worker_id, Role::Worker).await?,
     );
-    let consumer = Consumer::new(
-        executor,
-        broker.clone() as Arc<dyn Broker>,
-        store.clone(),
-        store.clone(),
-        runtime::consumer_settings(&config, worker_id.clone()),
-    );
+    let consumer = assembly.worker(worker_id.clone(), providers)?;
+    let broker = assembly.backends().broker.clone();
 
     let ready = Ready::default();
     let probe = {
@@ -76,7 +54,7 @@ async fn work(args: Args) -> anyhow::Result<ExitCode> {
     let health_shutdown = tokio_util::sync::CancellationToken::new();
     let addr = process::serve_health(
         config.worker.metrics_listen,
-        registry,
+        assembly.registry().clone(),
         probe,
         health_shutdown.clone(),
     )

@@ -12,9 +12,9 @@ use tracing::Instrument;
 use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::wire::{self, EventType, Priority, StageRequest, StageResult};
 
-use crate::broker::{Broker, BrokerError, Delivery, Message, Route};
 use crate::executor::StageExecutor;
-use crate::store::{CancelSignals, Claim, ResultStore};
+use verdict_backends::broker::{Broker, BrokerError, Delivery, Message, Route};
+use verdict_backends::store::{CancelSignals, Claim, ResultStore};
 
 /// How a worker consumes.
 #[derive(Debug, Clone)]
@@ -186,7 +186,7 @@ impl Consumer {
             }
         };
         let span = tracing::info_span!("consume_stage", task_id = %request.task_id, stage_id = %request.stage_id, attempt = request.attempt);
-        crate::trace::set_parent(&span, &delivery.message.headers);
+        verdict_backends::trace::set_parent(&span, &delivery.message.headers);
         self.handle_request(delivery, request, hard_stop)
             .instrument(span)
             .await;
@@ -312,7 +312,7 @@ impl Consumer {
         message
             .headers
             .insert("x-verdict-task".into(), result.task_id.clone());
-        crate::trace::inject(&mut message.headers);
+        verdict_backends::trace::inject(&mut message.headers);
         let published = self.inner.broker.publish(Route::Results, &message).await;
         if let Err(e) = &published {
             tracing::warn!(error = %e, "result not published; the stage will be redelivered and republish it");
@@ -334,7 +334,7 @@ impl Consumer {
         message
             .headers
             .insert("x-verdict-task".into(), next.task_id.clone());
-        crate::trace::inject(&mut message.headers);
+        verdict_backends::trace::inject(&mut message.headers);
         match self
             .inner
             .broker
@@ -342,7 +342,7 @@ impl Consumer {
             .await
         {
             Ok(()) => {
-                let mut e = crate::events::event(
+                let mut e = verdict_backends::store::event(
                     &next.task_id,
                     Some(&next.stage_id),
                     self.inner.executor.deps().clock.now_unix_ms(),
@@ -442,7 +442,7 @@ async fn settle(delivery: Delivery, how: Settle) {
     }
 }
 
-async fn next_or_pending(d: &mut Option<crate::broker::Deliveries>) -> Option<Delivery> {
+async fn next_or_pending(d: &mut Option<verdict_backends::broker::Deliveries>) -> Option<Delivery> {
     match d {
         Some(d) => d.next().await,
         None => std::future::pending().await,

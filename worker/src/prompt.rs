@@ -7,8 +7,8 @@ use verdict_proto::evidence::{self, Boundary};
 use verdict_proto::wire::{StageKind, StageRequest, Tool};
 use verdict_proto::{Language, ProtocolId, contract, issue_analysis};
 
-use crate::inputs::ResolvedInput;
 use crate::provider::Message;
+use verdict_backends::store::ResolvedInput;
 
 /// A fresh random boundary token for one conversation.
 pub fn new_boundary() -> Boundary {

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use verdict_backends::store::memory::MemoryStore;
 use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::repair::RepairMode;
 use verdict_proto::wire::{EventType, StageKind};
 use verdict_worker::executor::ExecutorSettings;
-use verdict_worker::journal::MemoryJournal;
 use verdict_worker::provider::scripted::{ScriptedProvider, Step};
 use verdict_worker::provider::{Role, ToolChoice};
 use verdict_worker::retry::RetryPolicy;
@@ -43,7 +43,7 @@ async fn valid_first_time_is_ok_without_repair() {
         other => panic!("{other:?}"),
     }
     assert_eq!(e.result.usage.calls, 1);
-    assert_eq!(r.transcripts.all().len(), 1);
+    assert_eq!(r.store.transcripts().len(), 1);
     assert_eq!(
         counter(
             &r.registry,
@@ -96,7 +96,7 @@ async fn conversation_repair_keeps_history_drops_tools_and_quotes_the_error() {
             .contains("no <SAKURA_REVIEW> envelope found")
     );
     assert!(repair.messages[3].content.contains("repair round 1 of 3"));
-    let rounds = r.events.of_type(EventType::ProtocolRepair);
+    let rounds = r.store.events_of_type(EventType::ProtocolRepair);
     assert_eq!(rounds.len(), 1);
     assert_eq!(rounds[0].channel.as_deref(), Some("review:protocol_repair"));
     assert_eq!(rounds[0].data["attempt"], 1);
@@ -136,7 +136,7 @@ async fn repaired_in_round_three_and_exhausted_after_the_last_round() {
             ..
         }
     ));
-    assert_eq!(r.events.of_type(EventType::ProtocolRepair).len(), 3);
+    assert_eq!(r.store.events_of_type(EventType::ProtocolRepair).len(), 3);
 
     let last = "Final answer: approve.";
     let r = rig(
@@ -166,8 +166,8 @@ async fn repaired_in_round_three_and_exhausted_after_the_last_round() {
         other => panic!("{other:?}"),
     }
     let outcomes: Vec<_> = r
-        .events
-        .of_type(EventType::ProtocolRepair)
+        .store
+        .events_of_type(EventType::ProtocolRepair)
         .iter()
         .map(|e| e.data["outcome"].clone())
         .collect();
@@ -239,7 +239,7 @@ async fn consistency_warning_when_the_repair_changes_the_finding_count() {
         e.result.outcome,
         StageOutcome::Ok { repaired: true, .. }
     ));
-    let w = r.events.of_type(EventType::RepairConsistencyWarning);
+    let w = r.store.events_of_type(EventType::RepairConsistencyWarning);
     assert_eq!(w.len(), 1);
     assert_eq!(w[0].data["original"], 1);
     assert_eq!(w[0].data["repaired"], 0);
@@ -331,7 +331,7 @@ async fn execution_failure_during_repair_is_an_execution_failure() {
     );
     let e = r.executor.execute(&req, &CancellationToken::new()).await;
     assert_eq!(e.result.outcome.failure_kind(), Some(FailureKind::Auth));
-    let rounds = r.events.of_type(EventType::ProtocolRepair);
+    let rounds = r.store.events_of_type(EventType::ProtocolRepair);
     assert_eq!(rounds[0].data["outcome"], "execution_failure");
 }
 
@@ -417,7 +417,7 @@ async fn cancellation_aborts_an_in_flight_call() {
 
 #[tokio::test(start_paused = true)]
 async fn a_redelivered_stage_reuses_paid_responses() {
-    let journal = Arc::new(MemoryJournal::default());
+    let journal = Arc::new(MemoryStore::new());
     let first = Arc::new(ScriptedProvider::new(
         "scripted",
         "model-a",
@@ -432,7 +432,7 @@ async fn a_redelivered_stage_reuses_paid_responses() {
     );
     let e1 = r.executor.execute(&req, &CancellationToken::new()).await;
     assert!(matches!(e1.result.outcome, StageOutcome::Ok { .. }));
-    assert_eq!(r.journal.len(), 2);
+    assert_eq!(r.store.journal_len(), 2);
 
     // A second delivery of the same stage (worker crashed before the ack): no new calls.
     let second = Arc::new(ScriptedProvider::new("scripted", "model-a", vec![]));

@@ -11,6 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use verdict_backends::clock::{Clock, SystemClock};
+use verdict_backends::repo::MemoryRepositorySource;
+use verdict_backends::store::memory::MemoryStore;
 use verdict_proto::outcome::StageOutcome;
 use verdict_proto::repair::RepairMode;
 use verdict_proto::wire::{
@@ -18,15 +21,9 @@ use verdict_proto::wire::{
     WIRE_VERSION,
 };
 use verdict_proto::{Language, ProtocolId, ValidateOptions, validate};
-use verdict_worker::clock::{Clock, SystemClock};
-use verdict_worker::events::MemoryEventSink;
 use verdict_worker::executor::{ExecutorDeps, ExecutorSettings, ProviderRegistry, StageExecutor};
-use verdict_worker::inputs::MemoryInputStore;
-use verdict_worker::journal::MemoryJournal;
 use verdict_worker::metrics::WorkerMetrics;
 use verdict_worker::provider::{ProviderKind, ProviderSettings, build};
-use verdict_worker::repo::MemoryRepositorySource;
-use verdict_worker::transcript::MemoryTranscriptStore;
 
 const DIFF: &str = "diff --git a/src/stack.rs b/src/stack.rs\n--- a/src/stack.rs\n+++ b/src/stack.rs\n@@ -1,8 +1,12 @@\n pub struct Stack { items: Vec<i32> }\n \n impl Stack {\n     pub fn push(&mut self, v: i32) { self.items.push(v); }\n-    pub fn pop(&mut self) -> Option<i32> { self.items.pop() }\n+    pub fn pop(&mut self) -> i32 {\n+        let last = self.items[self.items.len() - 1];\n+        self.items.truncate(self.items.len() - 1);\n+        last\n+    }\n }\n";
 
@@ -125,16 +122,15 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
     };
     let mut providers = ProviderRegistry::new();
     providers.insert(build(settings).unwrap());
-    let events = Arc::new(MemoryEventSink::default());
-    let transcripts = Arc::new(MemoryTranscriptStore::default());
+    let store = Arc::new(MemoryStore::new());
     let executor = StageExecutor::new(
         ExecutorDeps {
             providers,
             repositories: Arc::new(MemoryRepositorySource::new()),
-            inputs: Arc::new(MemoryInputStore::default()),
-            journal: Arc::new(MemoryJournal::default()),
-            transcripts: transcripts.clone(),
-            events: events.clone(),
+            inputs: store.clone(),
+            journal: store.clone(),
+            transcripts: store.clone(),
+            events: store.clone(),
             metrics: WorkerMetrics::register(&prometheus::Registry::new()).unwrap(),
             clock: Arc::new(SystemClock),
         },
@@ -207,7 +203,7 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
         } => {
             assert!(!diagnostics.is_empty());
             assert_eq!(*attempts, 3, "the original answer and both repair rounds");
-            assert_eq!(events.of_type(EventType::ProtocolRepair).len(), 2);
+            assert_eq!(store.events_of_type(EventType::ProtocolRepair).len(), 2);
         }
         StageOutcome::ExecutionFailure { kind, message, .. } => {
             panic!("a healthy local server must answer; got execution failure {kind}: {message}")
@@ -218,5 +214,5 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
         usage.calls >= 1 && usage.output_tokens > 0,
         "real tokens were generated: {usage:?}"
     );
-    assert_eq!(transcripts.all().len(), 1);
+    assert_eq!(store.transcripts().len(), 1);
 }

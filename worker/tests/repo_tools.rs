@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
-use verdict_proto::wire::{RepositoryRef, Tool};
-use verdict_worker::repo::{
+use verdict_backends::repo::{
     GitRepositorySource, GitSourceConfig, RepoError, RepositorySource, Snapshot,
 };
+use verdict_proto::wire::{RepositoryRef, Tool};
 use verdict_worker::tools::{ToolBox, ToolLimits, ToolOutput};
 
 /// A throwaway git repository, isolated from the developer's git configuration.

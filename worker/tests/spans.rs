@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use common::{PROSE, VALID_REVIEW, far_future, request, rig_with};
 use tokio_util::sync::CancellationToken;
+use verdict_backends::repo::MemoryRepositorySource;
+use verdict_backends::store::memory::MemoryStore;
 use verdict_proto::outcome::StageOutcome;
 use verdict_proto::repair::RepairMode;
 use verdict_proto::wire::StageKind;
 use verdict_worker::executor::{ExecutorSettings, StageExecutor};
-use verdict_worker::journal::MemoryJournal;
 use verdict_worker::provider::scripted::{ScriptedProvider, Step};
-use verdict_worker::repo::MemoryRepositorySource;
 
 mod spans {
     use std::sync::{Arc, Mutex};
@@ -52,8 +52,8 @@ mod spans {
 
 #[tokio::test(start_paused = true)]
 async fn spans_nest_stage_then_ai_calls_tool_calls_and_repair_rounds() {
+    use verdict_backends::repo::MemoryTree;
     use verdict_proto::wire::{RepositoryRef, Tool};
-    use verdict_worker::repo::MemoryTree;
 
     let capture = spans::Capture::default();
     let _guard = tracing::subscriber::set_default(spans::subscriber(capture.clone()));
@@ -70,7 +70,7 @@ async fn spans_nest_stage_then_ai_calls_tool_calls_and_repair_rounds() {
     let mut r = rig_with(
         provider,
         ExecutorSettings::default(),
-        Arc::new(MemoryJournal::default()),
+        Arc::new(MemoryStore::new()),
     );
     let repos = MemoryRepositorySource::new().with(
         "repo",

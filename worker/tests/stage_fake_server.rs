@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use verdict_backends::clock::{Clock, SystemClock};
+use verdict_backends::repo::{MemoryRepositorySource, MemoryTree};
+use verdict_backends::store::memory::MemoryStore;
 use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::repair::RepairMode;
 use verdict_proto::wire::{
@@ -17,18 +20,12 @@ use verdict_proto::wire::{
 };
 use verdict_proto::{Language, ValidateOptions};
 use verdict_testkit::{Behaviour, FakeProvider, RecordedRequest, Script};
-use verdict_worker::clock::{Clock, SystemClock};
-use verdict_worker::events::MemoryEventSink;
 use verdict_worker::executor::{
     Execution, ExecutorDeps, ExecutorSettings, ProviderRegistry, StageExecutor,
 };
-use verdict_worker::inputs::MemoryInputStore;
-use verdict_worker::journal::MemoryJournal;
 use verdict_worker::metrics::WorkerMetrics;
 use verdict_worker::provider::{ProviderKind, ProviderSettings, Secret, build};
-use verdict_worker::repo::{MemoryRepositorySource, MemoryTree};
 use verdict_worker::retry::RetryPolicy;
-use verdict_worker::transcript::MemoryTranscriptStore;
 
 const MODEL: &str = "model-a";
 const KINDS: [ProviderKind; 2] = [ProviderKind::Openai, ProviderKind::Anthropic];
@@ -43,8 +40,8 @@ const PROSE: &str =
 struct Env {
     fake: FakeProvider,
     executor: StageExecutor,
-    events: Arc<MemoryEventSink>,
-    transcripts: Arc<MemoryTranscriptStore>,
+    /// Events, transcripts, the journal and inputs.
+    store: Arc<MemoryStore>,
 }
 
 fn provider_settings(kind: ProviderKind, base_url: &str, timeout: Duration) -> ProviderSettings {
@@ -98,23 +95,21 @@ async fn env_with(
 ) -> Env {
     let mut providers = ProviderRegistry::new();
     providers.insert(build(settings_for).unwrap());
-    let events = Arc::new(MemoryEventSink::default());
-    let transcripts = Arc::new(MemoryTranscriptStore::default());
+    let store = Arc::new(MemoryStore::new());
     let deps = ExecutorDeps {
         providers,
         repositories: Arc::new(repositories()),
-        inputs: Arc::new(MemoryInputStore::default()),
-        journal: Arc::new(MemoryJournal::default()),
-        transcripts: transcripts.clone(),
-        events: events.clone(),
+        inputs: store.clone(),
+        journal: store.clone(),
+        transcripts: store.clone(),
+        events: store.clone(),
         metrics: WorkerMetrics::register(&prometheus::Registry::new()).unwrap(),
         clock: Arc::new(SystemClock),
     };
     Env {
         fake,
         executor: StageExecutor::new(deps, exec),
-        events,
-        transcripts,
+        store,
     }
 }
 
@@ -309,7 +304,7 @@ async fn repaired_in_round_one_and_round_three_with_full_history_and_no_tools() 
             "{kind:?}: {:?}",
             x.result.outcome
         );
-        let rounds = e.events.of_type(EventType::ProtocolRepair);
+        let rounds = e.store.events_of_type(EventType::ProtocolRepair);
         assert_eq!(rounds.len(), 3);
         assert!(
             rounds
@@ -360,7 +355,7 @@ async fn invalid_through_every_round_is_invalid_output_with_the_last_error() {
             other => panic!("{kind:?}: {other:?}"),
         }
         assert_eq!(e.fake.requests_for(MODEL).len(), 4);
-        assert_eq!(e.transcripts.all().len(), 1);
+        assert_eq!(e.store.transcripts().len(), 1);
     }
 }
 
@@ -481,7 +476,7 @@ async fn deadline_during_the_tool_loop_finalises_without_tools() {
             1,
             "{kind:?}: added once"
         );
-        assert_eq!(e.events.of_type(EventType::DeadlineReached).len(), 1);
+        assert_eq!(e.store.events_of_type(EventType::DeadlineReached).len(), 1);
     }
 }
 
@@ -512,14 +507,14 @@ async fn tool_calls_after_the_finalise_message_are_not_executed_and_the_text_is_
             2,
             "{kind:?}: the text of the finalised turn is parsed"
         );
-        let transcript = &e.transcripts.all()[0];
+        let transcript = &e.store.transcripts()[0];
         let not_run = transcript
             .entries
             .iter()
             .filter(|en| {
                 matches!(
                     en,
-                    verdict_worker::transcript::TranscriptEntry::ToolCall {
+                    verdict_proto::transcript::TranscriptEntry::ToolCall {
                         executed: false,
                         ..
                     }
@@ -555,12 +550,12 @@ async fn tools_refuse_escapes_through_the_executor() {
             !last.contains("root:x:0:0"),
             "{kind:?}: /etc/passwd never leaks"
         );
-        let t = &e.transcripts.all()[0];
+        let t = &e.store.transcripts()[0];
         let outputs: Vec<(bool, String)> = t
             .entries
             .iter()
             .filter_map(|en| match en {
-                verdict_worker::transcript::TranscriptEntry::ToolCall {
+                verdict_proto::transcript::TranscriptEntry::ToolCall {
                     is_error, output, ..
                 } => Some((*is_error, output.clone())),
                 _ => None,
@@ -592,11 +587,11 @@ async fn rate_limit_with_retry_after_is_waited_out_then_succeeds() {
             x.result.outcome
         );
         assert_eq!(e.fake.requests_for(MODEL).len(), 2);
-        let waited = e.transcripts.all()[0]
+        let waited = e.store.transcripts()[0]
             .entries
             .iter()
             .find_map(|en| match en {
-                verdict_worker::transcript::TranscriptEntry::Retry { wait_ms, kind, .. } => {
+                verdict_proto::transcript::TranscriptEntry::Retry { wait_ms, kind, .. } => {
                     Some((*wait_ms, kind.clone()))
                 }
                 _ => None,

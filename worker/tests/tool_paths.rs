@@ -8,8 +8,8 @@ use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
 use proptest::prelude::*;
+use verdict_backends::repo::Snapshot;
 use verdict_proto::wire::Tool;
-use verdict_worker::repo::Snapshot;
 use verdict_worker::tools::{ToolBox, ToolLimits};
 
 const SECRET: &str = "SECRET-OUTSIDE";

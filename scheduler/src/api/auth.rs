@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
-use verdict_worker::provider::Secret;
+use verdict_backends::secret::Secret;
 
 use super::error::ApiError;
 

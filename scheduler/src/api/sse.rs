@@ -19,8 +19,8 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use verdict_backends::store::StoredEvent;
 use verdict_proto::wire::EventType;
-use verdict_worker::store::StoredEvent;
 
 use super::ApiState;
 use super::error::ApiError;

@@ -13,13 +13,13 @@ use verdict_proto::wire::{EventType, StageRequest, Usage};
 
 use super::StageExecutor;
 use crate::deadline::SoftDeadline;
-use crate::events;
+
 use crate::journal;
 use crate::provider::{ChatRequest, ChatResponse, Message, Provider, ProviderError, ToolChoice};
-use crate::repo::Snapshot;
 use crate::retry::{RetryDecision, RetryState};
 use crate::tools::ToolBox;
-use crate::transcript::{CallPurpose, Transcript, TranscriptEntry};
+use verdict_backends::repo::Snapshot;
+use verdict_proto::transcript::{CallPurpose, Transcript, TranscriptEntry};
 
 /// How an attempt ended without an answer to judge.
 #[derive(Debug)]
@@ -119,7 +119,7 @@ impl<'a> Attempt<'a> {
         message: String,
         data: serde_json::Value,
     ) {
-        let mut e = events::event(
+        let mut e = verdict_backends::store::event(
             &self.request.task_id,
             Some(&self.request.stage_id),
             self.now_unix_ms(),

@@ -23,17 +23,15 @@ use tracing::Instrument;
 use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::wire::{StageKind, StageRequest, StageResult, Usage, WIRE_VERSION};
 
-use crate::clock::Clock;
-use crate::events::EventSink;
-use crate::inputs::{self, InputStore};
-use crate::journal::ResponseJournal;
 use crate::metrics::WorkerMetrics;
 use crate::prompt;
 use crate::provider::{Provider, ProviderKind};
-use crate::repo::RepositorySource;
 use crate::retry::RetryPolicy;
 use crate::tools::{ToolBox, ToolLimits};
-use crate::transcript::{Transcript, TranscriptStore};
+use verdict_backends::clock::Clock;
+use verdict_backends::repo::RepositorySource;
+use verdict_backends::store::{EventSink, InputStore, ResponseJournal, TranscriptStore};
+use verdict_proto::transcript::Transcript;
 
 use attempt::{Attempt, Failure};
 
@@ -258,7 +256,12 @@ impl StageExecutor {
             );
         };
 
-        let inputs = match inputs::resolve(self.deps.inputs.as_ref(), &request.inputs).await {
+        let inputs = match verdict_backends::store::resolve(
+            self.deps.inputs.as_ref(),
+            &request.inputs,
+        )
+        .await
+        {
             Ok(i) => i,
             Err(e) => {
                 return (

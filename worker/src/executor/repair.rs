@@ -12,7 +12,7 @@ use verdict_proto::{Diagnostics, ProtocolFamily, ProtocolId, validate};
 use super::attempt::{Attempt, Failure};
 use crate::prompt;
 use crate::provider::{ChatResponse, Message};
-use crate::transcript::{CallPurpose, TranscriptEntry};
+use verdict_proto::transcript::{CallPurpose, TranscriptEntry};
 
 /// Diagnostics quoted in events and outcomes are bounded; the full list stays in the transcript.
 const ERROR_CHARS: usize = 2_000;

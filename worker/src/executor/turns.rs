@@ -8,7 +8,7 @@ use verdict_proto::wire::EventType;
 use super::attempt::{Attempt, Failure};
 use crate::deadline::{finalise_message, no_tools_message, not_executed_message};
 use crate::provider::{ChatResponse, Message, ToolCall};
-use crate::transcript::{CallPurpose, TranscriptEntry};
+use verdict_proto::transcript::{CallPurpose, TranscriptEntry};
 
 impl Attempt<'_> {
     /// Runs the conversation to a final answer: a response without tool calls, or any response

@@ -39,7 +39,7 @@ use super::{
     ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, ProviderKind,
     ProviderSettings, Role, TokenUsage, ToolCall, ToolChoice,
 };
-use crate::BoxFuture;
+use verdict_backends::BoxFuture;
 
 /// The Messages API version verdict is written against.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";

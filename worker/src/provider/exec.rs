@@ -63,7 +63,7 @@ use super::{
     ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, ProviderKind,
     ProviderSettings, Role, TokenUsage,
 };
-use crate::BoxFuture;
+use verdict_backends::BoxFuture;
 
 /// The most stdout accepted as an answer.
 pub const MAX_STDOUT_BYTES: usize = 8 * 1024 * 1024;

@@ -38,7 +38,7 @@ use super::{
     ChatRequest, ChatResponse, FinishReason, Message, Provider, ProviderError, ProviderKind,
     ProviderSettings, Role, TokenUsage, ToolCall, ToolChoice,
 };
-use crate::BoxFuture;
+use verdict_backends::BoxFuture;
 
 /// An OpenAI-compatible provider: its settings and one pooled HTTP client.
 #[derive(Debug)]

@@ -13,7 +13,7 @@ use super::{
     ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, ProviderKind, TokenUsage,
     ToolCall,
 };
-use crate::BoxFuture;
+use verdict_backends::BoxFuture;
 
 /// One scripted answer.
 #[derive(Debug, Clone)]

@@ -21,7 +21,7 @@ use serde::{Deserialize, Deserializer};
 use verdict_proto::wire::Tool;
 
 use crate::provider::ToolDefinition;
-use crate::repo::Snapshot;
+use verdict_backends::repo::Snapshot;
 
 mod find;
 mod grep;

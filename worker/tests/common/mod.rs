@@ -4,20 +4,17 @@
 
 use std::sync::Arc;
 
+use verdict_backends::clock::{Clock, TokioClock};
+use verdict_backends::repo::MemoryRepositorySource;
+use verdict_backends::store::memory::MemoryStore;
 use verdict_proto::repair::RepairMode;
 use verdict_proto::wire::{
     InputContent, InputRef, Priority, RepairPolicy, StageKind, StageRequest, WIRE_VERSION,
 };
 use verdict_proto::{Language, ValidateOptions};
-use verdict_worker::clock::{Clock, TokioClock};
-use verdict_worker::events::MemoryEventSink;
 use verdict_worker::executor::{ExecutorDeps, ExecutorSettings, ProviderRegistry, StageExecutor};
-use verdict_worker::inputs::MemoryInputStore;
-use verdict_worker::journal::MemoryJournal;
 use verdict_worker::metrics::WorkerMetrics;
 use verdict_worker::provider::scripted::{ScriptedProvider, Step};
-use verdict_worker::repo::MemoryRepositorySource;
-use verdict_worker::transcript::MemoryTranscriptStore;
 
 pub const VALID_REVIEW: &str = "<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>8</SCORE>\n<DECISION>approve</DECISION>\n<DECISION_REASON>\nFine.\n</DECISION_REASON>\n<SUMMARY>\nSmall change.\n</SUMMARY>\n<FINDINGS>\n</FINDINGS>\n</SAKURA_REVIEW>\n";
 pub const PROSE: &str = "The change looks good to me. I would approve it with a score of 8.";
@@ -25,9 +22,8 @@ pub const PROSE: &str = "The change looks good to me. I would approve it with a 
 pub struct Rig {
     pub executor: StageExecutor,
     pub provider: Arc<ScriptedProvider>,
-    pub events: Arc<MemoryEventSink>,
-    pub transcripts: Arc<MemoryTranscriptStore>,
-    pub journal: Arc<MemoryJournal>,
+    /// Events, transcripts, the journal and inputs.
+    pub store: Arc<MemoryStore>,
     pub registry: prometheus::Registry,
     pub clock: Arc<TokioClock>,
 }
@@ -36,37 +32,33 @@ pub fn rig(steps: Vec<Step>, settings: ExecutorSettings) -> Rig {
     rig_with(
         Arc::new(ScriptedProvider::new("scripted", "model-a", steps)),
         settings,
-        Arc::new(MemoryJournal::default()),
+        Arc::new(MemoryStore::new()),
     )
 }
 
 pub fn rig_with(
     provider: Arc<ScriptedProvider>,
     settings: ExecutorSettings,
-    journal: Arc<MemoryJournal>,
+    store: Arc<MemoryStore>,
 ) -> Rig {
     let mut providers = ProviderRegistry::new();
     providers.insert(provider.clone());
-    let events = Arc::new(MemoryEventSink::default());
-    let transcripts = Arc::new(MemoryTranscriptStore::default());
     let registry = prometheus::Registry::new();
     let clock = Arc::new(TokioClock::new());
     let deps = ExecutorDeps {
         providers,
         repositories: Arc::new(MemoryRepositorySource::new()),
-        inputs: Arc::new(MemoryInputStore::default()),
-        journal: journal.clone(),
-        transcripts: transcripts.clone(),
-        events: events.clone(),
+        inputs: store.clone(),
+        journal: store.clone(),
+        transcripts: store.clone(),
+        events: store.clone(),
         metrics: WorkerMetrics::register(&registry).unwrap(),
         clock: clock.clone(),
     };
     Rig {
         executor: StageExecutor::new(deps, settings),
         provider,
-        events,
-        transcripts,
-        journal,
+        store,
         registry,
         clock,
     }

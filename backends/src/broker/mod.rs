@@ -1,0 +1,172 @@
+//! The message broker behind one small trait (SPEC Q1): stage requests out to workers, stage
+//! results back to the scheduler, delayed retries and dead letters. [`amqp`] is RabbitMQ (lapin);
+//! [`memory`] is the in-process broker of `verdict dev` and unit tests.
+//!
+//! **Invariant:** only `broker::amqp` knows AMQP; everything else speaks [`Broker`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use verdict_proto::wire::Priority;
+
+use crate::BoxFuture;
+
+pub mod amqp;
+pub mod memory;
+
+/// Where a message goes: a stage queue (by priority class) or the results queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// Stage requests; interactive and bulk travel on separate queues so bulk never starves
+    /// interactive work (quorum queues on RabbitMQ 3.10 have no priorities).
+    Stages(Priority),
+    /// Stage results, consumed by the scheduler replicas.
+    Results,
+}
+
+/// A message as the application sees it: the encoded body and string headers. Headers carry the
+/// W3C trace context (`traceparent`, `tracestate`) and routing hints such as `x-verdict-task`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Message {
+    pub body: Vec<u8>,
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The header a dead-lettered message carries: why it was dead-lettered.
+pub const DEAD_LETTER_REASON_HEADER: &str = "x-verdict-dead-letter-reason";
+
+/// What happened to an acknowledgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckStatus {
+    /// The broker has it.
+    Done,
+    /// The channel was recovered since the delivery: the ack could not be sent and the broker
+    /// will redeliver the message (handlers are idempotent, SPEC E7).
+    Stale,
+}
+
+/// Settles one delivery. Implemented by each broker.
+pub trait Acknowledge: Send + Sync {
+    /// Done with it: remove from the queue.
+    fn ack(&self) -> BoxFuture<'_, Result<AckStatus, BrokerError>>;
+    /// Put it back for another consumer (graceful shutdown, SPEC Q4).
+    fn requeue(&self) -> BoxFuture<'_, Result<AckStatus, BrokerError>>;
+}
+
+/// One received message with what is needed to settle it.
+pub struct Delivery {
+    pub message: Message,
+    /// The broker says it may have been delivered before (RabbitMQ's `redelivered` flag).
+    pub redelivered: bool,
+    /// How many times the broker delivered it, when the queue tracks it (quorum queues'
+    /// `x-delivery-count`), starting at 0 for the first delivery.
+    pub delivery_count: Option<u32>,
+    pub acker: Box<dyn Acknowledge>,
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("message", &self.message)
+            .field("redelivered", &self.redelivered)
+            .field("delivery_count", &self.delivery_count)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A live subscription: deliveries arrive through a channel fed by the broker's own task, which
+/// also survives reconnects. `None` from [`Deliveries::next`] means the subscription ended for
+/// good (shutdown), never a transient loss.
+#[derive(Debug)]
+pub struct Deliveries {
+    rx: tokio::sync::mpsc::Receiver<Delivery>,
+}
+
+impl Deliveries {
+    pub fn new(rx: tokio::sync::mpsc::Receiver<Delivery>) -> Deliveries {
+        Deliveries { rx }
+    }
+
+    pub async fn next(&mut self) -> Option<Delivery> {
+        self.rx.recv().await
+    }
+}
+
+/// Broker failures, each naming what to check.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BrokerError {
+    #[error(
+        "cannot reach the broker at {url}: {reason}; check the broker URL and that RabbitMQ is running"
+    )]
+    Connect { url: String, reason: String },
+    #[error("broker topology: {0}")]
+    Topology(String),
+    #[error("the broker refused the message (publisher confirm nack) for {route}")]
+    Nacked { route: String },
+    #[error(
+        "the message for {route} was returned as unroutable: no queue is bound (reply {reply_code} {reply_text})"
+    )]
+    Unroutable {
+        route: String,
+        reply_code: u16,
+        reply_text: String,
+    },
+    #[error("broker channel closed: {0}")]
+    Closed(String),
+    #[error("broker: {0}")]
+    Other(String),
+}
+
+/// Liveness of the broker connection and its consumers, for readiness probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerHealth {
+    pub connected: bool,
+    /// Every subscription has a live consumer on the broker.
+    pub consumers_alive: bool,
+}
+
+/// A message broker with confirmed, persistent publishing.
+pub trait Broker: Send + Sync + fmt::Debug {
+    /// Publishes and waits for the broker's confirmation (SPEC Q1: persistent, `mandatory`,
+    /// publisher confirm; a returned message is an error, not a success).
+    fn publish<'a>(
+        &'a self,
+        route: Route,
+        message: &'a Message,
+    ) -> BoxFuture<'a, Result<(), BrokerError>>;
+
+    /// Publishes so that the message reaches `route` after about `delay` (delay queues with a TTL
+    /// that dead-letter back), without holding a consumer slot. The delay is rounded up to the
+    /// broker's nearest delay bucket.
+    fn publish_delayed<'a>(
+        &'a self,
+        route: Route,
+        message: &'a Message,
+        delay: Duration,
+    ) -> BoxFuture<'a, Result<(), BrokerError>>;
+
+    /// Moves a message to the dead-letter queue with `reason` recorded in
+    /// [`DEAD_LETTER_REASON_HEADER`] (poison messages, SPEC Q1/R2). The caller acks the original
+    /// afterwards.
+    fn dead_letter<'a>(
+        &'a self,
+        message: &'a Message,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<(), BrokerError>>;
+
+    /// Subscribes to `route` with `prefetch` unacknowledged deliveries at most (SPEC Q1: prefetch
+    /// equals the consumer's concurrency).
+    fn consume(
+        &self,
+        route: Route,
+        prefetch: u16,
+    ) -> BoxFuture<'_, Result<Deliveries, BrokerError>>;
+
+    fn health(&self) -> BrokerHealth;
+
+    /// Ends the process's use of the broker (SPEC Q4): every subscription stops, deliveries
+    /// already handed out may still be settled for up to `grace`, then the broker is closed.
+    /// Returns how many deliveries were left unsettled; the broker redelivers those.
+    fn shutdown(&self, grace: Duration) -> BoxFuture<'_, usize>;
+}

@@ -1,0 +1,838 @@
+//! The production repository source: the `git` CLI (no libgit2/gix, to keep the build lean and
+//! behave exactly like the git operators know), a bare mirror per repository, and snapshots
+//! extracted with `git archive | tar -x` into the size-bounded cache.
+//!
+//! # What a request may name
+//! `repo.url` is anything `git fetch` accepts: an `https://`/`ssh://`/`git@host:` URL, a
+//! `file://` URL or an absolute local path. `repo.commit` is a full or abbreviated commit SHA, a
+//! branch or a tag name (letters, digits, `.`, `_`, `-`, `/`; not `HEAD`, `~`, `^` or `@{…}`).
+//! A hex name that already resolves in the mirror is used without fetching (commits never
+//! change); anything else is resolved after fetching every ref of the remote (`+refs/*:refs/*`,
+//! so GitHub's `refs/pull/*` heads are included), and a full SHA that is still unknown is
+//! fetched by itself, which most hosts allow for reachable commits. The snapshot is keyed by the
+//! resolved full SHA, so abbreviated and full names share one cache entry.
+//!
+//! # On disk, under `cache_dir`
+//! - `.lock`: held (an exclusive OS file lock) by the one process that has the directory open.
+//!   Git gives no guarantee when two processes fetch into and archive from one bare repository at
+//!   once, so a second process is refused instead of sharing the mirrors
+//!   ([`RepoError::CacheInUse`]); the lock vanishes with the process, however it ends.
+//! - `mirrors/<sha256 of the URL>`: a bare repository. The URL is passed on every fetch and never
+//!   stored, so a token in it is not written to disk; credentials are redacted before hashing, so
+//!   a rotated token reuses the mirror. Mirrors are not counted in `max_snapshot_bytes`: they are
+//!   compact (packed history), shared by every commit of a repository, and costly to rebuild;
+//!   bound them with the volume they live on. Partial clones (`--filter`) are not used: local and
+//!   `file://` remotes ignore them, and `git archive` on a partial clone fetches blobs one by one.
+//! - `snapshots/<sha256 of the URL>-<full SHA>`: the extracted trees (see the cache module).
+//!   `export-ignore` and `export-subst` attributes are neutralised in the mirror, so a snapshot
+//!   holds every file of the commit exactly as committed. Submodules appear as empty
+//!   directories; Git LFS files as their pointer files.
+//!
+//! # Git's environment
+//! Git never prompts (`GIT_TERMINAL_PROMPT=0`, empty `GIT_ASKPASS`/`SSH_ASKPASS`, stdin closed,
+//! no credential helper), never reads the system config (`GIT_CONFIG_NOSYSTEM=1`), refuses the
+//! `ext::` transport, ignores `GIT_DIR`-style variables inherited from the worker, speaks English
+//! (`LC_ALL=C`, so its messages can be classified) and is killed when the request is cancelled.
+//! The global config is read (that is where `url.<base>.insteadOf` and `http.extraHeader` live);
+//! tests isolate it through [`GitSourceConfig::env`].
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use sha2::{Digest, Sha256};
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+use verdict_proto::wire::RepositoryRef;
+
+use super::cache::{self, CacheStats, SnapshotCache};
+use super::scratch::ScratchDir;
+use super::{Change, RepoError, RepositorySource, Snapshot, redact_url};
+use crate::BoxFuture;
+
+/// Git variables a worker may inherit that would point git at another repository.
+const INHERITED_GIT_VARIABLES: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_COMMON_DIR",
+    "GIT_CEILING_DIRECTORIES",
+];
+
+/// Takes the exclusive lock of `dir` (its `.lock` file) without waiting.
+fn lock_directory(dir: &Path) -> Result<std::fs::File, RepoError> {
+    let path = dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(RepoError::io("open the lock file", &path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(RepoError::CacheInUse {
+            dir: dir.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(RepoError::Io {
+            action: "lock",
+            path,
+            source: e,
+        }),
+    }
+}
+
+/// How long a git message may be when quoted in an error.
+const MAX_STDERR_CHARS: usize = 600;
+
+/// Configuration of [`GitRepositorySource`].
+#[derive(Debug, Clone)]
+pub struct GitSourceConfig {
+    /// Where mirrors and snapshots live. One worker process per directory (see the cache docs).
+    pub cache_dir: PathBuf,
+    /// Upper bound for all snapshots together (sum of file sizes). Default 10 GiB.
+    pub max_snapshot_bytes: u64,
+    /// The git program. Default `git` (looked up on `PATH`).
+    pub git_program: PathBuf,
+    /// The tar program that extracts `git archive`'s output. Default `tar`.
+    pub tar_program: PathBuf,
+    /// Extra environment for every git process, applied last (tests set `HOME` and
+    /// `GIT_CONFIG_GLOBAL` here so the developer's config does not leak in). Default none.
+    pub env: Vec<(String, String)>,
+}
+
+impl GitSourceConfig {
+    /// The defaults, caching under `cache_dir`.
+    pub fn new(cache_dir: impl Into<PathBuf>) -> GitSourceConfig {
+        GitSourceConfig {
+            cache_dir: cache_dir.into(),
+            max_snapshot_bytes: 10 << 30,
+            git_program: PathBuf::from("git"),
+            tar_program: PathBuf::from("tar"),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// Repository snapshots made with the `git` CLI (see the module documentation).
+#[derive(Debug)]
+pub struct GitRepositorySource {
+    config: GitSourceConfig,
+    mirrors_dir: PathBuf,
+    cache: SnapshotCache,
+    locks: KeyedLocks,
+    /// Holds the directory's `.lock` for as long as this source lives.
+    _owner: std::fs::File,
+}
+
+impl GitRepositorySource {
+    /// Opens the cache directory (creating it), registering the snapshots a previous run left
+    /// there. Blocking: call it at start-up or from a blocking task.
+    /// Fails with [`RepoError::CacheInUse`] when another live process has it open.
+    pub fn open(config: GitSourceConfig) -> Result<GitRepositorySource, RepoError> {
+        let mirrors_dir = config.cache_dir.join("mirrors");
+        std::fs::create_dir_all(&mirrors_dir)
+            .map_err(RepoError::io("create directory", &mirrors_dir))?;
+        let owner = lock_directory(&config.cache_dir)?;
+        let cache = SnapshotCache::open(&config.cache_dir, config.max_snapshot_bytes)?;
+        Ok(GitRepositorySource {
+            config,
+            mirrors_dir,
+            cache,
+            locks: KeyedLocks::default(),
+            _owner: owner,
+        })
+    }
+
+    /// What the snapshot cache holds and has done since [`Self::open`].
+    pub fn stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    async fn take_snapshot(
+        &self,
+        repo: &RepositoryRef,
+        cancel: &CancellationToken,
+    ) -> Result<Snapshot, RepoError> {
+        if cancel.is_cancelled() {
+            return Err(RepoError::Cancelled);
+        }
+        validate(repo)?;
+        let remote = Remote {
+            url: &repo.url,
+            shown: redact_url(&repo.url),
+        };
+        let url_key = sha256_hex(&remote.shown);
+
+        // Fast path: a full SHA already on disk needs neither the mirror nor a git process.
+        if is_full_sha(&repo.commit) {
+            let key = format!("{url_key}-{}", repo.commit.to_ascii_lowercase());
+            if let Some(lease) = self.cache.acquire(&key) {
+                return self.leased_snapshot(&key, &repo.commit.to_ascii_lowercase(), lease);
+            }
+        }
+
+        let mirror = self.mirrors_dir.join(&url_key);
+        let sha = {
+            let lock = self.locks.get(&format!("mirror {url_key}"));
+            let _held = cancellable(cancel, lock.lock()).await?;
+            self.ensure_mirror(&mirror, &remote, cancel).await?;
+            self.resolve(&mirror, &remote, &repo.commit, cancel).await?
+        };
+
+        let key = format!("{url_key}-{sha}");
+        let lock = self.locks.get(&format!("snapshot {key}"));
+        let _held = cancellable(cancel, lock.lock()).await?;
+        if let Some(lease) = self.cache.acquire(&key) {
+            return self.leased_snapshot(&key, &sha, lease);
+        }
+        let path = self.cache.path_for(&key);
+        let built_here = !path.is_dir();
+        if built_here {
+            self.materialise(&mirror, &remote, &sha, &key, cancel)
+                .await?;
+        }
+        let lease = match self.cache.acquire(&key) {
+            Some(lease) => lease,
+            None => {
+                // Built by this call just now, or by another process sharing the directory.
+                let measured = path.clone();
+                let bytes = tokio::task::spawn_blocking(move || cache::tree_bytes(&measured))
+                    .await
+                    .map_err(|e| RepoError::Io {
+                        action: "measure snapshot",
+                        path: path.clone(),
+                        source: std::io::Error::other(e),
+                    })?
+                    .map_err(RepoError::io("measure snapshot", &path))?;
+                self.cache.insert(&key, bytes, built_here)
+            }
+        };
+        self.leased_snapshot(&key, &sha, lease)
+    }
+
+    fn leased_snapshot(
+        &self,
+        key: &str,
+        sha: &str,
+        lease: cache::Lease,
+    ) -> Result<Snapshot, RepoError> {
+        let path = self.cache.path_for(key);
+        Snapshot::new(&path, sha, lease).map_err(RepoError::io("open snapshot", &path))
+    }
+
+    /// Makes sure a bare repository exists at `mirror`. Built aside and renamed into place, so a
+    /// crash or a concurrent worker never leaves a half-initialised mirror.
+    async fn ensure_mirror(
+        &self,
+        mirror: &Path,
+        remote: &Remote<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<(), RepoError> {
+        if mirror.join("HEAD").is_file() {
+            return Ok(());
+        }
+        let scratch = ScratchDir::create_in(self.cache.tmp_dir(), "mirror-")
+            .map_err(RepoError::io("create directory in", self.cache.tmp_dir()))?;
+        let mut init = self.git(None);
+        init.args(["init", "--bare", "--quiet"]).arg(scratch.path());
+        let out = self.run(init, cancel).await?;
+        if !out.status.success() {
+            return Err(git_failed("git init", remote, &out));
+        }
+        // Snapshots must show every file exactly as committed, whatever the tree's
+        // .gitattributes asks of `git archive`; info/attributes takes precedence over it.
+        let attributes = scratch.path().join("info").join("attributes");
+        std::fs::create_dir_all(scratch.path().join("info"))
+            .and_then(|()| std::fs::write(&attributes, "* -export-ignore -export-subst\n"))
+            .map_err(RepoError::io("write", &attributes))?;
+        match std::fs::rename(scratch.path(), mirror) {
+            Ok(()) => {
+                scratch.keep();
+                Ok(())
+            }
+            Err(_) if mirror.join("HEAD").is_file() => Ok(()),
+            Err(e) => Err(RepoError::io("create mirror", mirror)(e)),
+        }
+    }
+
+    /// The full SHA `commit` names, fetching only when the mirror cannot answer on its own.
+    async fn resolve(
+        &self,
+        mirror: &Path,
+        remote: &Remote<'_>,
+        commit: &str,
+        cancel: &CancellationToken,
+    ) -> Result<String, RepoError> {
+        if is_hex(commit)
+            && commit.len() >= 4
+            && let Some(sha) = self.rev_parse(mirror, commit, cancel).await?
+        {
+            return Ok(sha);
+        }
+        let mut fetch = self.git(Some(mirror));
+        fetch
+            .args(["fetch", "--quiet", "--prune", "--no-write-fetch-head", "--"])
+            .arg(remote.url)
+            .arg("+refs/*:refs/*");
+        let out = self.run(fetch, cancel).await?;
+        if !out.status.success() {
+            return Err(classify_remote_failure(remote, &out));
+        }
+        if let Some(sha) = self.rev_parse(mirror, commit, cancel).await? {
+            return Ok(sha);
+        }
+        if is_full_sha(commit) {
+            // Not under any ref (a force-pushed PR head, say): ask for the object itself. Hosts
+            // that refuse answer with an error, which only means "not found" here.
+            let mut fetch_one = self.git(Some(mirror));
+            fetch_one
+                .args(["fetch", "--quiet", "--no-write-fetch-head", "--"])
+                .arg(remote.url)
+                .arg(commit);
+            self.run(fetch_one, cancel).await?;
+            if let Some(sha) = self.rev_parse(mirror, commit, cancel).await? {
+                return Ok(sha);
+            }
+        }
+        Err(RepoError::CommitNotFound {
+            url: remote.shown.clone(),
+            commit: commit.to_owned(),
+        })
+    }
+
+    async fn rev_parse(
+        &self,
+        mirror: &Path,
+        commit: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Option<String>, RepoError> {
+        let mut cmd = self.git(Some(mirror));
+        cmd.args(["rev-parse", "--verify", "--quiet"])
+            .arg(format!("{commit}^{{commit}}"));
+        let out = self.run(cmd, cancel).await?;
+        let sha = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .to_ascii_lowercase();
+        Ok((out.status.success() && is_full_sha(&sha)).then_some(sha))
+    }
+
+    /// Extracts the tree of `sha` into `tmp/`, then renames it to its place in `snapshots/`.
+    async fn materialise(
+        &self,
+        mirror: &Path,
+        remote: &Remote<'_>,
+        sha: &str,
+        key: &str,
+        cancel: &CancellationToken,
+    ) -> Result<(), RepoError> {
+        let scratch = ScratchDir::create_in(self.cache.tmp_dir(), &format!("{key}-"))
+            .map_err(RepoError::io("create directory in", self.cache.tmp_dir()))?;
+
+        let mut archive = self.git(Some(mirror));
+        archive
+            .args(["archive", "--format=tar", sha])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut archive = self.spawn(archive, &self.config.git_program)?;
+        let tar_input: Stdio = archive
+            .stdout
+            .take()
+            .ok_or_else(|| RepoError::GitFailed {
+                action: "git archive",
+                url: remote.shown.clone(),
+                stderr: "its output could not be captured".to_owned(),
+            })?
+            .try_into()
+            .map_err(RepoError::io(
+                "pipe git archive into tar for",
+                scratch.path(),
+            ))?;
+        let mut extract = Command::new(&self.config.tar_program);
+        extract
+            .args(["-x", "-f", "-", "-C"])
+            .arg(scratch.path())
+            .env("LC_ALL", "C")
+            .stdin(tar_input)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let extract = self.spawn(extract, &self.config.tar_program)?;
+
+        let (archived, extracted) = cancellable(cancel, async {
+            tokio::join!(archive.wait_with_output(), extract.wait_with_output())
+        })
+        .await?;
+        let archived = archived.map_err(RepoError::io("run git archive for", scratch.path()))?;
+        let extracted = extracted.map_err(RepoError::io("run tar for", scratch.path()))?;
+        if !archived.status.success() {
+            return Err(git_failed("git archive", remote, &archived));
+        }
+        if !extracted.status.success() {
+            return Err(git_failed(
+                "extracting git archive with tar",
+                remote,
+                &extracted,
+            ));
+        }
+
+        let path = self.cache.path_for(key);
+        match std::fs::rename(scratch.path(), &path) {
+            Ok(()) => {
+                scratch.keep();
+                Ok(())
+            }
+            // Another process sharing the directory finished first: its tree is identical.
+            Err(_) if path.is_dir() => Ok(()),
+            Err(e) => Err(RepoError::io("move snapshot into", &path)(e)),
+        }
+    }
+
+    /// A git command with the isolation described in the module documentation.
+    fn git(&self, git_dir: Option<&Path>) -> Command {
+        let mut cmd = Command::new(&self.config.git_program);
+        for variable in INHERITED_GIT_VARIABLES {
+            cmd.env_remove(variable);
+        }
+        cmd.env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_ASKPASS", "")
+            .env("SSH_ASKPASS", "")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("LC_ALL", "C")
+            .envs(self.config.env.iter().map(|(k, v)| (k, v)))
+            .args(["-c", "credential.helper=", "-c", "core.askPass="])
+            .args(["-c", "protocol.ext.allow=never"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(dir) = git_dir {
+            let mut arg = OsString::from("--git-dir=");
+            arg.push(dir);
+            cmd.arg(arg);
+        }
+        cmd
+    }
+
+    fn spawn(&self, mut cmd: Command, program: &Path) -> Result<tokio::process::Child, RepoError> {
+        cmd.spawn().map_err(|e| RepoError::GitNotInstalled {
+            program: program.display().to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    async fn run(&self, mut cmd: Command, cancel: &CancellationToken) -> Result<Output, RepoError> {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let child = self.spawn(cmd, &self.config.git_program)?;
+        // Dropping the child on cancellation kills it (`kill_on_drop`).
+        cancellable(cancel, child.wait_with_output())
+            .await?
+            .map_err(RepoError::io("wait for git in", &self.config.cache_dir))
+    }
+}
+
+impl GitRepositorySource {
+    async fn take_change(
+        &self,
+        url: &str,
+        base: &str,
+        head: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Change, RepoError> {
+        if cancel.is_cancelled() {
+            return Err(RepoError::Cancelled);
+        }
+        for commit in [base, head] {
+            validate(&RepositoryRef {
+                url: url.to_owned(),
+                commit: commit.to_owned(),
+                base: None,
+            })?;
+        }
+        let remote = Remote {
+            url,
+            shown: redact_url(url),
+        };
+        let mirror = self.mirrors_dir.join(sha256_hex(&remote.shown));
+        let lock = self
+            .locks
+            .get(&format!("mirror {}", sha256_hex(&remote.shown)));
+        let _held = cancellable(cancel, lock.lock()).await?;
+        self.ensure_mirror(&mirror, &remote, cancel).await?;
+        let base = self.resolve(&mirror, &remote, base, cancel).await?;
+        let head = self.resolve(&mirror, &remote, head, cancel).await?;
+        let mut diff = self.git(Some(&mirror));
+        diff.args([
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "-M",
+            &base,
+            &head,
+            "--",
+        ]);
+        let out = self.run(diff, cancel).await?;
+        if !out.status.success() {
+            return Err(git_failed("git diff", &remote, &out));
+        }
+        Ok(Change {
+            base,
+            head,
+            diff: String::from_utf8_lossy(&out.stdout).into_owned(),
+        })
+    }
+}
+
+impl RepositorySource for GitRepositorySource {
+    fn snapshot<'a>(
+        &'a self,
+        repo: &'a RepositoryRef,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Snapshot, RepoError>> {
+        Box::pin(self.take_snapshot(repo, cancel))
+    }
+
+    fn change<'a>(
+        &'a self,
+        url: &'a str,
+        base: &'a str,
+        head: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Change, RepoError>> {
+        Box::pin(self.take_change(url, base, head, cancel))
+    }
+}
+
+/// The URL to give git, and the one to show people.
+struct Remote<'a> {
+    url: &'a str,
+    shown: String,
+}
+
+/// One async mutex per key (a mirror, a snapshot), so concurrent requests for the same thing do
+/// the work once. Entries disappear when nobody holds or waits for them.
+#[derive(Debug, Default)]
+struct KeyedLocks {
+    map: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl KeyedLocks {
+    fn get(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(lock) = map.get(key).and_then(Weak::upgrade) {
+            return lock;
+        }
+        map.retain(|_, lock| lock.strong_count() > 0);
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        map.insert(key.to_owned(), Arc::downgrade(&lock));
+        lock
+    }
+}
+
+/// Runs `work` unless `cancel` fires first (then `work` is dropped, killing its processes).
+async fn cancellable<T>(
+    cancel: &CancellationToken,
+    work: impl Future<Output = T>,
+) -> Result<T, RepoError> {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(RepoError::Cancelled),
+        value = work => Ok(value),
+    }
+}
+
+/// Rejects references git could mistake for options or rev expressions before any process runs.
+fn validate(repo: &RepositoryRef) -> Result<(), RepoError> {
+    let url_problem = if repo.url.trim().is_empty() {
+        Some("it is empty")
+    } else if repo.url.starts_with('-') {
+        Some("it starts with `-`")
+    } else if repo.url.chars().any(char::is_control) {
+        Some("it contains control characters")
+    } else if repo.url.len() > 4096 {
+        Some("it is longer than 4096 bytes")
+    } else {
+        None
+    };
+    if let Some(reason) = url_problem {
+        return Err(RepoError::InvalidReference {
+            field: "url",
+            value: redact_url(&verdict_proto::redact::safe_preview(&repo.url, 200)),
+            reason,
+        });
+    }
+    let commit = &repo.commit;
+    let commit_problem = if commit.is_empty() {
+        Some("it is empty; name a commit SHA, a branch or a tag")
+    } else if commit.len() > 255 {
+        Some("it is longer than 255 bytes")
+    } else if commit.starts_with('-') {
+        Some("it starts with `-`")
+    } else if commit.contains("..") {
+        Some("ranges are not commits; name one commit")
+    } else if !commit
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'))
+    {
+        Some("only letters, digits, `.`, `_`, `-` and `/` are allowed (a SHA, a branch or a tag)")
+    } else {
+        None
+    };
+    match commit_problem {
+        Some(reason) => Err(RepoError::InvalidReference {
+            field: "commit",
+            value: verdict_proto::redact::safe_preview(commit, 80),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn is_hex(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// 40 hex digits (SHA-1 repositories) or 64 (SHA-256 repositories).
+fn is_full_sha(s: &str) -> bool {
+    matches!(s.len(), 40 | 64) && is_hex(s)
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Git's message, made safe to show: credentials redacted, one line, bounded.
+fn clean_stderr(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let one_line = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ");
+    let shown = verdict_proto::redact::safe_preview(&redact_url(&one_line), MAX_STDERR_CHARS);
+    if shown.is_empty() {
+        "no message".to_owned()
+    } else {
+        shown
+    }
+}
+
+fn git_failed(action: &'static str, remote: &Remote<'_>, out: &Output) -> RepoError {
+    RepoError::GitFailed {
+        action,
+        url: remote.shown.clone(),
+        stderr: format!("{} ({})", clean_stderr(&out.stderr), out.status),
+    }
+}
+
+/// Network trouble is worth retrying; a repository that does not exist (or that we may not
+/// read: hosts answer "not found" for both) is not. Unrecognised failures count as network
+/// trouble, because retrying a deterministic failure costs little and giving up on a transient
+/// one loses a review.
+fn classify_remote_failure(remote: &Remote<'_>, out: &Output) -> RepoError {
+    const UNREACHABLE: &[&str] = &[
+        "could not resolve host",
+        "couldn't connect",
+        "failed to connect",
+        "connection refused",
+        "connection reset",
+        "timed out",
+        "network is unreachable",
+        "no route to host",
+        "temporary failure in name resolution",
+        "returned error: 5",
+        "returned error: 429",
+        "rpc failed",
+        "early eof",
+    ];
+    const NOT_FOUND: &[&str] = &[
+        "does not exist",
+        "does not appear to be a git repository",
+        "not a git repository",
+        "not found",
+        "invalid gitfile",
+        "does not look like",
+        "authentication failed",
+        "could not read username",
+        "could not read password",
+        "terminal prompts disabled",
+        "permission denied",
+        "access denied",
+        "returned error: 401",
+        "returned error: 403",
+        "returned error: 404",
+    ];
+    let reason = clean_stderr(&out.stderr);
+    let lower = String::from_utf8_lossy(&out.stderr).to_ascii_lowercase();
+    let url = remote.shown.clone();
+    if UNREACHABLE.iter().any(|p| lower.contains(p)) {
+        RepoError::Unreachable { url, reason }
+    } else if NOT_FOUND.iter().any(|p| lower.contains(p)) {
+        RepoError::RepositoryNotFound { url, reason }
+    } else {
+        RepoError::Unreachable { url, reason }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    fn reference(url: &str, commit: &str) -> RepositoryRef {
+        RepositoryRef {
+            url: url.to_owned(),
+            commit: commit.to_owned(),
+            base: None,
+        }
+    }
+
+    fn failure(stderr: &str) -> Output {
+        Output {
+            status: std::process::ExitStatus::from_raw(128 << 8),
+            stdout: Vec::new(),
+            stderr: stderr.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn references_that_look_like_options_are_refused() {
+        for (url, commit) in [
+            ("", "abc"),
+            ("--upload-pack=x", "abc"),
+            ("/r\n", "abc"),
+            ("/r", ""),
+            ("/r", "--output=x"),
+            ("/r", "a..b"),
+            ("/r", "HEAD~1"),
+            ("/r", "main:secret"),
+            ("/r", "a b"),
+        ] {
+            let err = validate(&reference(url, commit)).unwrap_err();
+            assert!(
+                matches!(err, RepoError::InvalidReference { .. }),
+                "{url:?} {commit:?}"
+            );
+            assert!(!err.is_retryable());
+        }
+        for commit in ["0123abc", "main", "release/1.2", "v1.0.0-rc_1"] {
+            validate(&reference("https://h/r.git", commit)).unwrap();
+        }
+    }
+
+    #[test]
+    fn invalid_urls_are_shown_redacted() {
+        let err = validate(&reference("https://u:tok@h/r\n", "a")).unwrap_err();
+        assert!(!err.to_string().contains("tok"), "{err}");
+    }
+
+    #[test]
+    fn remote_failures_are_classified() {
+        let remote = Remote {
+            url: "https://u:s3cret@h/r",
+            shown: redact_url("https://u:s3cret@h/r"),
+        };
+        let cases = [
+            ("fatal: '/x' does not appear to be a git repository", false),
+            ("fatal: repository 'https://h/r/' not found", false),
+            (
+                "fatal: could not read Username for 'https://h': terminal prompts disabled",
+                false,
+            ),
+            (
+                "fatal: unable to access 'https://h/r/': Could not resolve host: h",
+                true,
+            ),
+            (
+                "fatal: unable to access 'https://h/': Failed to connect to h port 443",
+                true,
+            ),
+            (
+                "error: RPC failed; HTTP 502 curl 22 The requested URL returned error: 502",
+                true,
+            ),
+            ("something new and strange", true),
+        ];
+        for (stderr, retryable) in cases {
+            let err = classify_remote_failure(&remote, &failure(stderr));
+            assert_eq!(err.is_retryable(), retryable, "{stderr}: {err}");
+            assert!(!err.to_string().contains("s3cret"));
+        }
+        let leaky = failure("fatal: unable to access 'https://u:s3cret@h/r/': timed out");
+        let err = classify_remote_failure(&remote, &leaky);
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn shas_are_recognised() {
+        assert!(is_full_sha(&"a".repeat(40)));
+        assert!(is_full_sha(&"0".repeat(64)));
+        assert!(!is_full_sha(&"g".repeat(40)));
+        assert!(!is_full_sha("abc"));
+        assert_eq!(sha256_hex("").len(), 64);
+    }
+
+    #[tokio::test]
+    async fn keyed_locks_are_shared_while_in_use() {
+        let locks = KeyedLocks::default();
+        let a = locks.get("k");
+        let b = locks.get("k");
+        assert!(Arc::ptr_eq(&a, &b));
+        let held = a.lock().await;
+        assert!(b.try_lock().is_err());
+        drop(held);
+        drop((a, b));
+        let _c = locks.get("other");
+        assert_eq!(
+            locks.map.lock().unwrap().len(),
+            1,
+            "unused keys are forgotten"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_git_is_reported_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = GitSourceConfig::new(dir.path());
+        config.git_program = dir.path().join("no-such-git");
+        let source = GitRepositorySource::open(config).unwrap();
+        let err = source
+            .snapshot(&reference("/r", "main"), &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RepoError::GitNotInstalled { .. }), "{err}");
+        assert!(!err.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_request_does_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = GitRepositorySource::open(GitSourceConfig::new(dir.path())).unwrap();
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let err = source
+            .snapshot(&reference("/r", "main"), &cancel)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RepoError::Cancelled));
+    }
+
+    #[test]
+    fn one_process_at_a_time_owns_a_cache_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = GitRepositorySource::open(GitSourceConfig::new(dir.path())).unwrap();
+        let err = GitRepositorySource::open(GitSourceConfig::new(dir.path())).unwrap_err();
+        assert!(matches!(err, RepoError::CacheInUse { .. }), "{err}");
+        assert!(err.to_string().contains("its own cache directory"), "{err}");
+        drop(first);
+        GitRepositorySource::open(GitSourceConfig::new(dir.path())).unwrap();
+    }
+}

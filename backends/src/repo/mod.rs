@@ -1,0 +1,277 @@
+//! Repository snapshots at a commit (SPEC E1): what the read-only tools and `exec` agents see.
+//!
+//! A [`Snapshot`] is a plain directory tree of the repository at one commit, with no `.git`
+//! inside, so neither tools nor agents can read history, other branches or remote URLs. It is
+//! read-only by convention: nothing in verdict writes into it, and a snapshot is shared by every
+//! stage that asks for the same (repository, commit).
+//!
+//! # Layout
+//! - [`RepositorySource`]: the one small trait every backend implements.
+//! - [`git`]: [`GitRepositorySource`], the production backend (the `git` CLI, a bare mirror per
+//!   repository, snapshots extracted with `git archive`).
+//! - `cache`: the size-bounded, least-recently-used snapshot cache behind the git backend; a
+//!   snapshot in use is never evicted.
+//! - [`memory`]: [`MemoryRepositorySource`], files from a map, for unit tests and `verdict dev`.
+//! - `scratch`: a directory that removes itself, for half-built snapshots and in-memory trees.
+
+use std::any::Any;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use verdict_proto::wire::RepositoryRef;
+
+use crate::BoxFuture;
+
+mod cache;
+pub mod git;
+pub mod memory;
+mod scratch;
+
+pub use cache::CacheStats;
+pub use git::{GitRepositorySource, GitSourceConfig};
+pub use memory::{MemoryRepositorySource, MemoryTree};
+
+/// A backend that can materialise a repository at a commit. Implementations honour `cancel`
+/// promptly (returning [`RepoError::Cancelled`]) and never put credentials in errors or logs.
+pub trait RepositorySource: Send + Sync + fmt::Debug {
+    /// The tree of `repo.url` at `repo.commit`. Concurrent calls for the same repository and
+    /// commit may share one materialisation; the snapshot stays on disk while any clone of the
+    /// returned value is alive.
+    fn snapshot<'a>(
+        &'a self,
+        repo: &'a RepositoryRef,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Snapshot, RepoError>>;
+
+    /// The change from `base` to `head` of the repository at `url`: both revisions resolved to
+    /// full commit ids, and the unified diff between them (`git diff -M`, no colour, no external
+    /// diff drivers). Non-UTF-8 content is replaced with U+FFFD.
+    fn change<'a>(
+        &'a self,
+        url: &'a str,
+        base: &'a str,
+        head: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Change, RepoError>>;
+}
+
+/// A change between two revisions: what a pull-request review looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub base: String,
+    pub head: String,
+    pub diff: String,
+}
+
+/// A directory tree of one repository at one commit. Cloning shares the lease: the backend keeps
+/// the tree on disk until the last clone is dropped.
+#[derive(Clone)]
+pub struct Snapshot {
+    root: Arc<Path>,
+    commit: Arc<str>,
+    _lease: Arc<dyn Any + Send + Sync>,
+}
+
+impl Snapshot {
+    /// A snapshot of the tree at `root` (canonicalised here, so confinement checks compare
+    /// canonical paths). `lease` is whatever keeps the tree alive; it is dropped with the last
+    /// clone of the snapshot. Fails when `root` cannot be canonicalised (it does not exist).
+    pub fn new(
+        root: &Path,
+        commit: impl Into<String>,
+        lease: impl Any + Send + Sync,
+    ) -> io::Result<Snapshot> {
+        let root = root.canonicalize()?;
+        Ok(Snapshot {
+            root: Arc::from(root),
+            commit: Arc::from(commit.into()),
+            _lease: Arc::new(lease),
+        })
+    }
+
+    /// The canonical path of the tree's top directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The commit the tree was taken at: the full SHA for git sources (whatever the request
+    /// named), the requested name for in-memory ones.
+    pub fn commit(&self) -> &str {
+        &self.commit
+    }
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("root", &self.root)
+            .field("commit", &self.commit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a snapshot could not be made. URLs in these messages are already redacted
+/// ([`redact_url`]); git's own messages are redacted and shortened.
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    #[error(
+        "repository {url} was not found or access was denied: {reason}; check the repository URL and the worker's credentials"
+    )]
+    RepositoryNotFound { url: String, reason: String },
+
+    #[error(
+        "repository {url} is unreachable: {reason}; check the network and the git host, the request can be retried"
+    )]
+    Unreachable { url: String, reason: String },
+
+    #[error(
+        "commit `{commit}` was not found in repository {url} after fetching it; check that the commit was pushed and that the request names the right repository"
+    )]
+    CommitNotFound { url: String, commit: String },
+
+    #[error("invalid {field} `{value}` in the repository reference: {reason}")]
+    InvalidReference {
+        field: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+
+    #[error(
+        "`{program}` could not be started: {reason}; install it in the worker image or set its path in the repository source configuration"
+    )]
+    GitNotInstalled { program: String, reason: String },
+
+    #[error("{action} failed for repository {url}: {stderr}")]
+    GitFailed {
+        action: &'static str,
+        url: String,
+        stderr: String,
+    },
+
+    #[error("cannot {action} {}: {source}; check the cache directory's permissions and free space", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error(
+        "the repository cache {} is in use by another process; give each process its own cache directory",
+        dir.display()
+    )]
+    CacheInUse { dir: PathBuf },
+
+    #[error("the snapshot was cancelled")]
+    Cancelled,
+}
+
+impl RepoError {
+    /// Whether the same request may succeed later: network trouble, unexpected git failures and
+    /// local I/O (a full disk frees up as snapshots are evicted) are worth another attempt; a
+    /// missing repository or commit, an invalid reference, a missing `git` and cancellation are
+    /// not.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RepoError::Unreachable { .. } | RepoError::GitFailed { .. } | RepoError::Io { .. } => {
+                true
+            }
+            RepoError::RepositoryNotFound { .. }
+            | RepoError::CommitNotFound { .. }
+            | RepoError::InvalidReference { .. }
+            | RepoError::GitNotInstalled { .. }
+            | RepoError::CacheInUse { .. }
+            | RepoError::Cancelled => false,
+        }
+    }
+
+    fn io(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> RepoError {
+        let path = path.to_path_buf();
+        move |source| RepoError::Io {
+            action,
+            path,
+            source,
+        }
+    }
+}
+
+/// Hides the credentials of every URL in `text` (HTTPS remotes often carry a token:
+/// `https://x-access-token:ghs_…@github.com`); see [`verdict_proto::redact::redact_urls`].
+pub fn redact_url(text: &str) -> String {
+    verdict_proto::redact::redact_urls(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn userinfo_is_redacted_everywhere() {
+        assert_eq!(
+            redact_url("https://user:token@host/a.git"),
+            "https://user:[REDACTED]@host/a.git"
+        );
+        assert_eq!(
+            redact_url("fatal: 'https://tok@h.example/x' and http://a:b@c:8080?x failed"),
+            "fatal: 'https://[REDACTED]@h.example/x' and http://a:[REDACTED]@c:8080?x failed"
+        );
+        assert_eq!(
+            redact_url("https://host/path@v1"),
+            "https://host/path@v1",
+            "an @ after the authority is part of the path"
+        );
+        assert_eq!(
+            redact_url("git@github.com:o/r.git"),
+            "git@github.com:o/r.git"
+        );
+        assert_eq!(redact_url("/srv/repos/r"), "/srv/repos/r");
+        assert_eq!(redact_url("file:///srv/r"), "file:///srv/r");
+        assert_eq!(redact_url("https://a:b@"), "https://a:[REDACTED]@");
+    }
+
+    #[test]
+    fn retryability_follows_the_kind() {
+        let url = || "u".to_owned();
+        assert!(
+            RepoError::Unreachable {
+                url: url(),
+                reason: String::new()
+            }
+            .is_retryable()
+        );
+        assert!(
+            !RepoError::RepositoryNotFound {
+                url: url(),
+                reason: String::new()
+            }
+            .is_retryable()
+        );
+        assert!(
+            !RepoError::CommitNotFound {
+                url: url(),
+                commit: "abc".into()
+            }
+            .is_retryable()
+        );
+        assert!(!RepoError::Cancelled.is_retryable());
+        assert!(
+            !RepoError::GitNotInstalled {
+                program: "git".into(),
+                reason: String::new()
+            }
+            .is_retryable()
+        );
+    }
+
+    #[test]
+    fn snapshot_root_is_canonical() {
+        let dir = std::env::temp_dir();
+        let snap = Snapshot::new(&dir.join("."), "c", ()).unwrap();
+        assert_eq!(snap.root(), dir.canonicalize().unwrap());
+        assert_eq!(snap.commit(), "c");
+        assert!(Snapshot::new(Path::new("/definitely/not/here"), "c", ()).is_err());
+    }
+}

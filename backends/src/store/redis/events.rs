@@ -1,0 +1,235 @@
+//! Progress streams on Redis (SPEC O3): one stream per task, appended with `XADD … MAXLEN ~`,
+//! replayed with `XRANGE` and followed with `XREAD BLOCK` on a connection of its own.
+
+use std::time::Duration;
+
+use redis::Value;
+use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
+use verdict_proto::wire::ProgressEvent;
+
+use super::{Failure, RedisStore, Replay, decode, encode, millis};
+use crate::BoxFuture;
+use crate::store::EventSink;
+use crate::store::{EventLog, StoreError, StoredEvent};
+
+/// The stream field that holds the event's JSON.
+const FIELD: &str = "event";
+
+impl RedisStore {
+    async fn append_event(&self, event: &ProgressEvent) -> Result<String, StoreError> {
+        let key = self.key("events", &event.task_id);
+        let json = encode(&key, event)?;
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("XADD")
+            .arg(&key)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(self.inner.config.event_stream_maxlen)
+            .arg("*")
+            .arg(FIELD)
+            .arg(&json)
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(millis(self.inner.config.event_ttl))
+            .ignore();
+        // A replayed XADD would duplicate the event: resend only what never left.
+        let (id,): (String,) = self
+            .query_pipeline("append event", &key, Replay::IfUnsent, &pipe)
+            .await?;
+        Ok(id)
+    }
+
+    async fn read_events(
+        &self,
+        task_id: &str,
+        after: Option<&str>,
+        wait: Duration,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let key = self.key("events", task_id);
+        if let Some(after) = after {
+            check_stream_id(&key, after)?;
+        }
+        let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+        let range: StreamRangeReply = self
+            .query(
+                "read events",
+                &key,
+                Replay::Safe,
+                redis::cmd("XRANGE").arg(&key).arg(&start).arg("+"),
+            )
+            .await?;
+        if !range.ids.is_empty() || wait.is_zero() {
+            return decode_entries(&key, range.ids);
+        }
+        // Nothing yet: block from the same position, so an event appended between the XRANGE
+        // and the XREAD is returned at once rather than missed.
+        let from = after.unwrap_or("0-0");
+        let waited = match self.wait_for_events(&key, from, wait, true).await {
+            Err(WaitError::StaleConnection) => self.wait_for_events(&key, from, wait, false).await,
+            other => other,
+        };
+        let ids = match waited {
+            Ok(ids) => ids,
+            Err(WaitError::StaleConnection) => {
+                return Err(StoreError::Unavailable(format!(
+                    "follow events `{key}`: connection lost"
+                )));
+            }
+            Err(WaitError::Store(e)) => return Err(e),
+        };
+        decode_entries(&key, ids)
+    }
+
+    /// One `XREAD BLOCK` on a dedicated connection. With `reuse`, an idle pooled connection may
+    /// be taken; if that one turns out dead, [`WaitError::StaleConnection`] asks for a fresh one.
+    async fn wait_for_events(
+        &self,
+        key: &str,
+        from: &str,
+        wait: Duration,
+        reuse: bool,
+    ) -> Result<Vec<StreamId>, WaitError> {
+        let (mut conn, pooled) = if reuse {
+            self.blocking_connection().await?
+        } else {
+            self.fresh_blocking_connection().await?
+        };
+        let block_ms = millis(wait);
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("BLOCK")
+            .arg(block_ms)
+            .arg("STREAMS")
+            .arg(key)
+            .arg(from);
+        let bound = wait + self.inner.config.command_timeout;
+        let reply: Result<redis::RedisResult<Option<StreamReadReply>>, _> =
+            tokio::time::timeout(bound, cmd.query_async(&mut conn)).await;
+        match reply {
+            Ok(Ok(read)) => {
+                self.return_blocking_connection(conn);
+                Ok(read
+                    .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
+                    .unwrap_or_default())
+            }
+            Ok(Err(e)) if pooled && super::is_transient(&e) => Err(WaitError::StaleConnection),
+            Ok(Err(e)) => Err(WaitError::Store(self.store_error(
+                "follow events",
+                key,
+                &Failure::Redis(e),
+            ))),
+            Err(_) => Err(WaitError::Store(self.store_error(
+                "follow events",
+                key,
+                &Failure::TimedOut(bound),
+            ))),
+        }
+    }
+
+    async fn fresh_blocking_connection(
+        &self,
+    ) -> Result<(redis::aio::MultiplexedConnection, bool), StoreError> {
+        // Pooled connections predate the failure that made us ask; drop them all.
+        self.inner
+            .blocking
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+        self.blocking_connection().await
+    }
+}
+
+enum WaitError {
+    StaleConnection,
+    Store(StoreError),
+}
+
+impl From<StoreError> for WaitError {
+    fn from(e: StoreError) -> Self {
+        WaitError::Store(e)
+    }
+}
+
+/// Stream ids are `<ms>-<seq>` (or `<ms>`); anything else would be a Redis syntax error later.
+fn check_stream_id(key: &str, id: &str) -> Result<(), StoreError> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let valid = match id.split_once('-') {
+        Some((ms, seq)) => digits(ms) && digits(seq),
+        None => digits(id),
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(StoreError::Corrupt {
+            key: key.to_owned(),
+            reason: format!("`{id}` is not a position in this stream (expected <ms>-<seq>)"),
+        })
+    }
+}
+
+fn decode_entries(key: &str, entries: Vec<StreamId>) -> Result<Vec<StoredEvent>, StoreError> {
+    entries
+        .into_iter()
+        .map(|entry| {
+            let at = format!("{key}#{}", entry.id);
+            let event = match entry.map.get(FIELD) {
+                Some(Value::BulkString(bytes)) => decode(&at, bytes)?,
+                _ => {
+                    return Err(StoreError::Corrupt {
+                        key: at,
+                        reason: format!("the entry has no `{FIELD}` field"),
+                    });
+                }
+            };
+            Ok(StoredEvent {
+                id: entry.id,
+                event,
+            })
+        })
+        .collect()
+}
+
+impl EventLog for RedisStore {
+    fn append<'a>(&'a self, event: &'a ProgressEvent) -> BoxFuture<'a, Result<String, StoreError>> {
+        Box::pin(self.append_event(event))
+    }
+
+    fn read<'a>(
+        &'a self,
+        task_id: &'a str,
+        after: Option<&'a str>,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>> {
+        Box::pin(self.read_events(task_id, after, wait))
+    }
+}
+
+impl EventSink for RedisStore {
+    fn emit(&self, event: ProgressEvent) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Err(e) = self.append_event(&event).await {
+                tracing::warn!(
+                    task_id = %event.task_id,
+                    kind = ?event.kind,
+                    error = %e,
+                    "progress event not recorded"
+                );
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_stream_ids_are_accepted_as_positions() {
+        for ok in ["0", "0-0", "1700000000000-12"] {
+            assert_eq!(check_stream_id("k", ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "-", "1-", "-1", "abc", "1-2-3", "+", "$"] {
+            assert!(check_stream_id("k", bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,807 @@
+//! The shared-state stores against the real Redis (127.0.0.1:6379) and in memory: each behaviour
+//! is one check function over the trait, run on both backends, so `verdict dev` behaves like
+//! production. Redis-only checks cover TTLs, stored-data corruption and outage recovery (on a
+//! private `redis-server` that the test kills and restarts).
+//!
+//! Every Redis test uses its own key prefix and deletes it afterwards, so tests run in parallel.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
+
+use std::future::Future;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use tokio::time::{Instant, timeout};
+use verdict_backends::store::memory::MemoryStore;
+use verdict_backends::store::redis::{RedisConfig, RedisStore};
+use verdict_backends::store::{
+    CancelSignals, Claim, DocumentStore, EventLog, EventSink, InputStore, ResponseJournal,
+    ResultStore, StoreError, TranscriptStore, content_hash, event, resolve,
+};
+use verdict_proto::chat::{ChatResponse, FinishReason, TokenUsage};
+use verdict_proto::outcome::{FailureKind, StageOutcome};
+use verdict_proto::transcript::Transcript;
+use verdict_proto::wire::{EventType, InputContent, InputRef, StageKind, StageResult, Usage};
+
+const REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// Upper bound for anything that should happen "promptly"; generous for a loaded 2-core machine.
+const PROMPTLY: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+
+/// A store on the shared Redis under a prefix of its own, removed again on drop (even when the
+/// test fails).
+struct RedisFixture {
+    store: RedisStore,
+    prefix: String,
+    raw: MultiplexedConnection,
+}
+
+impl RedisFixture {
+    async fn new() -> RedisFixture {
+        RedisFixture::with(|_| {}).await
+    }
+
+    async fn with(adjust: impl FnOnce(&mut RedisConfig)) -> RedisFixture {
+        let prefix = format!("test:{:016x}:", rand::random::<u64>());
+        let mut config = RedisConfig::new(REDIS_URL);
+        config.prefix = prefix.clone();
+        adjust(&mut config);
+        let store = RedisStore::connect(config).await.unwrap();
+        let raw = redis::Client::open(REDIS_URL)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        RedisFixture { store, prefix, raw }
+    }
+
+    /// The remaining TTL of a key in milliseconds (`-1` none, `-2` missing).
+    async fn pttl(&self, key: &str) -> i64 {
+        redis::cmd("PTTL")
+            .arg(format!("{}{key}", self.prefix))
+            .query_async(&mut self.raw.clone())
+            .await
+            .unwrap()
+    }
+
+    async fn raw_set(&self, key: &str, value: &str) {
+        let () = redis::cmd("SET")
+            .arg(format!("{}{key}", self.prefix))
+            .arg(value)
+            .query_async(&mut self.raw.clone())
+            .await
+            .unwrap();
+    }
+}
+
+impl Drop for RedisFixture {
+    fn drop(&mut self) {
+        delete_prefix(REDIS_URL, &self.prefix);
+    }
+}
+
+/// Best-effort cleanup: `SCAN` + `DEL` of everything under `prefix`, on a blocking connection
+/// because it runs in `Drop`.
+fn delete_prefix(url: &str, prefix: &str) {
+    let Ok(client) = redis::Client::open(url) else {
+        return;
+    };
+    let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_secs(2)) else {
+        return;
+    };
+    let mut cursor = 0u64;
+    loop {
+        let Ok((next, keys)): Result<(u64, Vec<String>), _> = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query(&mut conn)
+        else {
+            return;
+        };
+        if !keys.is_empty() {
+            let _: Result<i64, _> = redis::cmd("DEL").arg(&keys).query(&mut conn);
+        }
+        if next == 0 {
+            return;
+        }
+        cursor = next;
+    }
+}
+
+fn stage_result(task: &str, stage: &str, finished: u64) -> StageResult {
+    StageResult {
+        version: verdict_proto::wire::WIRE_VERSION,
+        task_id: task.into(),
+        stage_id: stage.into(),
+        stage: StageKind::Review,
+        attempt: 1,
+        outcome: StageOutcome::ExecutionFailure {
+            kind: FailureKind::RateLimited,
+            retryable: true,
+            message: format!("finished at {finished}"),
+        },
+        usage: Usage::default(),
+        started_unix_ms: 1,
+        finished_unix_ms: finished,
+    }
+}
+
+/// Polls `condition` until it holds, failing the test after `PROMPTLY`.
+async fn eventually<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + PROMPTLY;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Behavioural checks, one per concern, for any backend
+
+async fn check_claims(store: &dyn ResultStore) {
+    let ttl = Duration::from_secs(60);
+    assert_eq!(
+        store.claim("t1", "s", "a", ttl).await.unwrap(),
+        Claim::Acquired
+    );
+    assert_eq!(
+        store.claim("t1", "s", "b", ttl).await.unwrap(),
+        Claim::HeldBy("a".into())
+    );
+    // Renewal by the holder.
+    assert_eq!(
+        store.claim("t1", "s", "a", ttl).await.unwrap(),
+        Claim::Acquired
+    );
+    // Another stage of the same task is independent.
+    assert_eq!(
+        store.claim("t1", "s2", "b", ttl).await.unwrap(),
+        Claim::Acquired
+    );
+    // Only the owner releases.
+    store.release("t1", "s", "b").await.unwrap();
+    assert_eq!(
+        store.claim("t1", "s", "b", ttl).await.unwrap(),
+        Claim::HeldBy("a".into())
+    );
+    store.release("t1", "s", "a").await.unwrap();
+    assert_eq!(
+        store.claim("t1", "s", "b", ttl).await.unwrap(),
+        Claim::Acquired
+    );
+    // Once a result is recorded, the stage is done for everyone, the holder included.
+    let done = stage_result("t1", "s", 7);
+    store.record(&done).await.unwrap();
+    for owner in ["b", "c"] {
+        assert_eq!(
+            store.claim("t1", "s", owner, ttl).await.unwrap(),
+            Claim::Done(Box::new(done.clone()))
+        );
+    }
+}
+
+async fn check_claim_expiry(store: &dyn ResultStore) {
+    let ttl = Duration::from_millis(200);
+    assert_eq!(
+        store.claim("t2", "s", "a", ttl).await.unwrap(),
+        Claim::Acquired
+    );
+    assert_eq!(
+        store.claim("t2", "s", "b", ttl).await.unwrap(),
+        Claim::HeldBy("a".into())
+    );
+    eventually("the claim to expire", || async {
+        store.claim("t2", "s", "b", ttl).await.unwrap() == Claim::Acquired
+    })
+    .await;
+}
+
+async fn check_record_first_wins(store: &dyn ResultStore) {
+    assert_eq!(store.get("t3", "s").await.unwrap(), None);
+    let first = stage_result("t3", "s", 10);
+    let second = stage_result("t3", "s", 20);
+    assert_eq!(store.record(&first).await.unwrap(), first);
+    assert_eq!(store.record(&second).await.unwrap(), first);
+    assert_eq!(store.get("t3", "s").await.unwrap(), Some(first));
+    assert_eq!(store.get("t3", "other").await.unwrap(), None);
+}
+
+async fn check_event_order(log: &dyn EventLog) {
+    assert!(
+        log.read("t4", None, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let mut ids = Vec::new();
+    for i in 0..5u64 {
+        let e = event("t4", Some("s"), i, EventType::StageStarted, format!("m{i}"));
+        ids.push(log.append(&e).await.unwrap());
+    }
+    let all = log.read("t4", None, Duration::ZERO).await.unwrap();
+    let messages: Vec<_> = all.iter().map(|e| e.event.message.as_str()).collect();
+    assert_eq!(messages, ["m0", "m1", "m2", "m3", "m4"]);
+    assert_eq!(all.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), ids);
+    let after = log.read("t4", Some(&ids[2]), Duration::ZERO).await.unwrap();
+    assert_eq!(
+        after
+            .iter()
+            .map(|e| e.event.message.as_str())
+            .collect::<Vec<_>>(),
+        ["m3", "m4"]
+    );
+    assert!(
+        log.read("t4", Some(&ids[4]), Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Another task's stream is separate; the sink path lands in the same stream.
+    log.emit(event("t4b", None, 9, EventType::TaskQueued, "queued"))
+        .await;
+    let other = log.read("t4b", None, Duration::ZERO).await.unwrap();
+    assert_eq!(other.len(), 1);
+    assert_eq!(other[0].event.kind, EventType::TaskQueued);
+}
+
+/// A follower waiting on an empty stream wakes as soon as another task appends.
+/// `until_parked` returns once the follower is waiting inside the store.
+async fn check_wait_wakes(log: Arc<dyn EventLog>, until_parked: impl AsyncFn()) {
+    let first = log
+        .append(&event("t5", None, 1, EventType::TaskStarted, "first"))
+        .await
+        .unwrap();
+    let wait = Duration::from_secs(30);
+    let follower = {
+        let log = log.clone();
+        let after = first.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let events = log.read("t5", Some(&after), wait).await.unwrap();
+            (events, started.elapsed())
+        })
+    };
+    until_parked().await;
+    log.append(&event("t5", None, 2, EventType::StageStarted, "second"))
+        .await
+        .unwrap();
+    let (events, waited) = timeout(PROMPTLY, follower).await.unwrap().unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].event.message, "second");
+    assert!(waited < wait, "the follower slept through the append");
+    // With nothing new, a bounded wait comes back empty.
+    let quiet = log
+        .read("t5", Some(&events[0].id), Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert!(quiet.is_empty());
+}
+
+/// With a cap of 10 events per stream, 300 appends leave the newest ones, contiguous and in
+/// order (Redis trims approximately, memory exactly).
+async fn check_maxlen(log: &dyn EventLog) {
+    for i in 0..300u64 {
+        log.append(&event("t6", None, i, EventType::StageRetry, format!("{i}")))
+            .await
+            .unwrap();
+    }
+    let kept = log.read("t6", None, Duration::ZERO).await.unwrap();
+    assert!(
+        (10..300).contains(&kept.len()),
+        "kept {} of 300 events with maxlen 10",
+        kept.len()
+    );
+    let numbers: Vec<u64> = kept
+        .iter()
+        .map(|e| e.event.message.parse().unwrap())
+        .collect();
+    let expected: Vec<u64> = (300 - kept.len() as u64..300).collect();
+    assert_eq!(numbers, expected);
+}
+
+async fn check_cancel(signals: &dyn CancelSignals) {
+    let mut notices = signals.subscribe().await.unwrap();
+    assert!(!signals.is_cancelled("t7").await.unwrap());
+    signals.request_cancel("t7").await.unwrap();
+    assert!(signals.is_cancelled("t7").await.unwrap());
+    assert!(!signals.is_cancelled("t7-other").await.unwrap());
+    let notice = timeout(PROMPTLY, notices.recv()).await.unwrap().unwrap();
+    assert_eq!(notice, "t7");
+    // Cancelling again is harmless.
+    signals.request_cancel("t7").await.unwrap();
+    assert!(signals.is_cancelled("t7").await.unwrap());
+}
+
+async fn check_documents(docs: &dyn DocumentStore) {
+    assert_eq!(docs.get("task:1").await.unwrap(), None);
+    assert_eq!(
+        docs.put("task:1", "{\"v\":1}", None).await.unwrap(),
+        Some(1)
+    );
+    // Create-only refuses an existing document.
+    assert_eq!(docs.put("task:1", "{\"v\":0}", None).await.unwrap(), None);
+    let stored = docs.get("task:1").await.unwrap().unwrap();
+    assert_eq!((stored.version, stored.body.as_str()), (1, "{\"v\":1}"));
+    assert_eq!(
+        docs.put("task:1", "{\"v\":2}", Some(1)).await.unwrap(),
+        Some(2)
+    );
+    // A writer still at version 1 loses.
+    assert_eq!(
+        docs.put("task:1", "{\"v\":9}", Some(1)).await.unwrap(),
+        None
+    );
+    // An expected version on a missing document is a conflict too.
+    assert_eq!(docs.put("task:2", "{}", Some(1)).await.unwrap(), None);
+    assert_eq!(docs.get("task:2").await.unwrap(), None);
+    let stored = docs.get("task:1").await.unwrap().unwrap();
+    assert_eq!((stored.version, stored.body.as_str()), (2, "{\"v\":2}"));
+}
+
+/// Ten writers increment one counter by compare-and-set, retrying on conflict: exactly ten
+/// increments land.
+async fn check_concurrent_cas(docs: Arc<dyn DocumentStore>) {
+    assert_eq!(docs.put("counter", "0", None).await.unwrap(), Some(1));
+    let writers: Vec<_> = (0..10)
+        .map(|_| {
+            let docs = docs.clone();
+            tokio::spawn(async move {
+                let mut conflicts = 0u32;
+                loop {
+                    let current = docs.get("counter").await.unwrap().unwrap();
+                    let n: u64 = current.body.parse().unwrap();
+                    let next = (n + 1).to_string();
+                    if docs
+                        .put("counter", &next, Some(current.version))
+                        .await
+                        .unwrap()
+                        .is_some()
+                    {
+                        return conflicts;
+                    }
+                    conflicts += 1;
+                    assert!(conflicts < 1000, "live-locked");
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        timeout(PROMPTLY, writer).await.unwrap().unwrap();
+    }
+    let counter = docs.get("counter").await.unwrap().unwrap();
+    assert_eq!(counter.body, "10");
+    assert_eq!(counter.version, 11);
+}
+
+async fn check_sets(docs: &dyn DocumentStore) {
+    assert!(docs.set_members("active").await.unwrap().is_empty());
+    for member in ["t-b", "t-a", "t-b"] {
+        docs.set_add("active", member).await.unwrap();
+    }
+    assert_eq!(docs.set_members("active").await.unwrap(), ["t-a", "t-b"]);
+    docs.set_remove("active", "t-a").await.unwrap();
+    docs.set_remove("active", "never-there").await.unwrap();
+    assert_eq!(docs.set_members("active").await.unwrap(), ["t-b"]);
+    assert!(docs.set_members("other").await.unwrap().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checks on both backends
+
+#[tokio::test]
+async fn memory_claims() {
+    let store = MemoryStore::new();
+    check_claims(&store).await;
+    check_claim_expiry(&store).await;
+    check_record_first_wins(&store).await;
+}
+
+#[tokio::test]
+async fn redis_claims() {
+    let f = RedisFixture::new().await;
+    check_claims(&f.store).await;
+    check_claim_expiry(&f.store).await;
+    check_record_first_wins(&f.store).await;
+    let ttl = f.pttl("result:t3:s").await;
+    assert!(ttl > 0, "result TTL {ttl}");
+    assert!(f.pttl("claim:t1:s2").await > 0);
+}
+
+#[tokio::test]
+async fn memory_events() {
+    let store = Arc::new(MemoryStore::new());
+    check_event_order(store.as_ref()).await;
+    let parked = store.clone();
+    check_wait_wakes(store, async || {
+        eventually("the follower to park", || async {
+            parked.waiting_readers() > 0
+        })
+        .await;
+    })
+    .await;
+    check_maxlen(&MemoryStore::new().with_event_maxlen(10)).await;
+}
+
+#[tokio::test]
+async fn redis_events() {
+    let f = RedisFixture::new().await;
+    check_event_order(&f.store).await;
+    let ttl = f.pttl("events:t4").await;
+    assert!(ttl > 0, "event stream TTL {ttl}");
+    let raw = f.raw.clone();
+    check_wait_wakes(Arc::new(f.store.clone()), async || {
+        // Some client blocked in XREAD: ours, or at worst another test's, which only makes the
+        // check weaker, never wrong.
+        eventually("the follower to block in XREAD", || {
+            let mut raw = raw.clone();
+            async move {
+                let clients: String = redis::cmd("CLIENT")
+                    .arg("LIST")
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                clients.contains("cmd=xread")
+            }
+        })
+        .await;
+    })
+    .await;
+
+    let capped = RedisFixture::with(|c| c.event_stream_maxlen = 10).await;
+    check_maxlen(&capped.store).await;
+}
+
+#[tokio::test]
+async fn memory_cancel() {
+    check_cancel(&MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn redis_cancel() {
+    let f = RedisFixture::new().await;
+    check_cancel(&f.store).await;
+    assert!(f.pttl("cancel:t7").await > 0);
+    // A second subscriber on the same store shares the live subscription.
+    let mut again = f.store.subscribe().await.unwrap();
+    f.store.request_cancel("t7-late").await.unwrap();
+    assert_eq!(
+        timeout(PROMPTLY, again.recv()).await.unwrap().unwrap(),
+        "t7-late"
+    );
+}
+
+#[tokio::test]
+async fn memory_documents() {
+    let store = Arc::new(MemoryStore::new());
+    check_documents(store.as_ref()).await;
+    check_sets(store.as_ref()).await;
+    check_concurrent_cas(store).await;
+}
+
+#[tokio::test]
+async fn redis_documents() {
+    let f = RedisFixture::new().await;
+    check_documents(&f.store).await;
+    check_sets(&f.store).await;
+    check_concurrent_cas(Arc::new(f.store.clone())).await;
+    assert!(f.pttl("doc:task:1").await > 0);
+    assert_eq!(f.pttl("set:active").await, -1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis only: the executor's stores, TTLs, stored garbage
+
+#[tokio::test]
+async fn redis_inputs_round_trip_with_a_ttl() {
+    let f = RedisFixture::new().await;
+    let diff = b"diff --git a/x b/x\n+hello\n";
+    let sha = InputStore::put(&f.store, diff).await.unwrap();
+    assert_eq!(sha, content_hash(diff));
+    assert_eq!(
+        InputStore::get(&f.store, &sha).await.unwrap().as_deref(),
+        Some(&diff[..])
+    );
+    assert!(f.pttl(&format!("input:{sha}")).await > 0);
+    assert_eq!(
+        InputStore::get(&f.store, &"00".repeat(32)).await.unwrap(),
+        None
+    );
+    // Through the executor's resolver, verified by hash.
+    let inputs = [InputRef {
+        name: "diff".into(),
+        content: InputContent::Stored {
+            sha256: sha,
+            bytes: diff.len() as u64,
+        },
+    }];
+    let resolved = resolve(&f.store, &inputs).await.unwrap();
+    assert_eq!(resolved[0].text.as_bytes(), diff);
+}
+
+#[tokio::test]
+async fn redis_journal_round_trip_with_a_ttl() {
+    let f = RedisFixture::new().await;
+    let response = ChatResponse {
+        content: "<SAKURA_REVIEW>…".into(),
+        tool_calls: vec![],
+        finish: FinishReason::Stop,
+        usage: TokenUsage {
+            input_tokens: 12,
+            output_tokens: 34,
+        },
+        raw: "{}".into(),
+    };
+    assert_eq!(
+        ResponseJournal::get(&f.store, "t/s/p/abc").await.unwrap(),
+        None
+    );
+    ResponseJournal::put(&f.store, "t/s/p/abc", &response)
+        .await
+        .unwrap();
+    assert_eq!(
+        ResponseJournal::get(&f.store, "t/s/p/abc").await.unwrap(),
+        Some(response)
+    );
+    assert!(f.pttl("journal:t/s/p/abc").await > 0);
+}
+
+#[tokio::test]
+async fn redis_transcripts_are_kept_with_a_ttl_and_read_back() {
+    let f = RedisFixture::new().await;
+    let transcript = |stage: &str, attempt: u32, started: u64| Transcript {
+        task_id: "t8".into(),
+        stage_id: stage.into(),
+        stage: StageKind::Reviewer,
+        attempt,
+        started_unix_ms: started,
+        finished_unix_ms: started + 1,
+        tools_offered: vec![],
+        entries: vec![],
+        usage: TokenUsage::default(),
+        outcome: None,
+    };
+    assert!(f.store.transcripts("t8").await.unwrap().is_empty());
+    TranscriptStore::put(&f.store, transcript("reviewer-1", 2, 30))
+        .await
+        .unwrap();
+    TranscriptStore::put(&f.store, transcript("reviewer-1", 1, 10))
+        .await
+        .unwrap();
+    TranscriptStore::put(&f.store, transcript("summary", 1, 5))
+        .await
+        .unwrap();
+    let back = f.store.transcripts("t8").await.unwrap();
+    let order: Vec<_> = back
+        .iter()
+        .map(|t| (t.stage_id.as_str(), t.attempt))
+        .collect();
+    assert_eq!(
+        order,
+        [("summary", 1), ("reviewer-1", 1), ("reviewer-1", 2)]
+    );
+    assert!(f.pttl("transcript:t8:reviewer-1:2").await > 0);
+    assert!(f.pttl("transcripts:t8").await > 0);
+    assert!(f.store.transcripts("other").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn redis_garbage_is_reported_as_corrupt_not_unavailable() {
+    let f = RedisFixture::new().await;
+    f.raw_set("result:t9:s", "not json").await;
+    let e = ResultStore::get(&f.store, "t9", "s").await.unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Corrupt { key, .. } if key.ends_with("result:t9:s")),
+        "{e}"
+    );
+    assert!(!e.is_retryable());
+    // A recorded-but-unreadable result must not let a claim through.
+    let claim = f
+        .store
+        .claim("t9", "s", "a", Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(claim, StoreError::Corrupt { .. }), "{claim}");
+    // A key of the wrong type.
+    f.raw_set("events:t9", "not a stream").await;
+    let e = f.store.read("t9", None, Duration::ZERO).await.unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    let e = f
+        .store
+        .read("t9", Some("$"), Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn redis_unreachable_at_start_is_unavailable_promptly() {
+    let port = free_port();
+    let mut config = RedisConfig::new(format!("redis://:hunter2@127.0.0.1:{port}"));
+    config.command_timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let e = RedisStore::connect(config).await.unwrap_err();
+    assert!(matches!(e, StoreError::Unavailable(_)), "{e}");
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+    assert!(started.elapsed() < PROMPTLY);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outage: a private redis-server killed and restarted under a live store
+
+/// A `redis-server` of our own on `port`, killed on drop.
+struct PrivateRedis {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl PrivateRedis {
+    async fn start(port: u16) -> PrivateRedis {
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH");
+        let url = format!("redis://127.0.0.1:{port}");
+        eventually("the private redis-server to answer", || async {
+            let Ok(client) = redis::Client::open(url.as_str()) else {
+                return false;
+            };
+            let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+                return false;
+            };
+            redis::cmd("PING")
+                .query_async::<String>(&mut conn)
+                .await
+                .is_ok()
+        })
+        .await;
+        PrivateRedis { child, _dir: dir }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs `op`, asserting it fails as `Unavailable` (not a panic, not a hang) within `PROMPTLY`.
+async fn assert_unavailable<T: std::fmt::Debug>(
+    what: &str,
+    op: impl Future<Output = Result<T, StoreError>>,
+) {
+    let started = Instant::now();
+    let outcome = timeout(PROMPTLY, op).await;
+    let Ok(result) = outcome else {
+        panic!("{what} hung during the outage");
+    };
+    match result {
+        Err(StoreError::Unavailable(_)) => {}
+        other => panic!("{what} during the outage: expected Unavailable, got {other:?}"),
+    }
+    assert!(started.elapsed() < PROMPTLY);
+}
+
+#[tokio::test]
+async fn redis_outage_is_survived_without_recreating_the_store() {
+    let port = free_port();
+    let server = PrivateRedis::start(port).await;
+    let mut config = RedisConfig::new(format!("redis://127.0.0.1:{port}"));
+    config.prefix = "outage:".into();
+    config.command_timeout = Duration::from_millis(500);
+    let store = RedisStore::connect(config).await.unwrap();
+    let ttl = Duration::from_secs(60);
+
+    let mut notices = store.subscribe().await.unwrap();
+    assert_eq!(
+        store.claim("t", "s", "a", ttl).await.unwrap(),
+        Claim::Acquired
+    );
+    store
+        .append(&event("t", None, 1, EventType::TaskStarted, "before"))
+        .await
+        .unwrap();
+    // A follower parked in XREAD when the server dies.
+    let follower = {
+        let store = store.clone();
+        tokio::spawn(async move { store.read("t-follow", None, Duration::from_secs(60)).await })
+    };
+
+    server.kill();
+
+    // All at once: they share one reconnecting connection and must all fail cleanly.
+    let result = stage_result("t", "s", 1);
+    let during = event("t", None, 2, EventType::StageStarted, "during");
+    tokio::join!(
+        assert_unavailable("ping", store.ping()),
+        assert_unavailable("claim", store.claim("t", "s", "a", ttl)),
+        assert_unavailable("record", store.record(&result)),
+        assert_unavailable("get", ResultStore::get(&store, "t", "s")),
+        assert_unavailable("append", store.append(&during)),
+        assert_unavailable("read", store.read("t", None, Duration::ZERO)),
+        assert_unavailable("follow", store.read("t", None, Duration::from_secs(1))),
+        assert_unavailable("put", DocumentStore::put(&store, "doc", "{}", None)),
+        assert_unavailable("cancel", store.request_cancel("t")),
+    );
+    let parked = timeout(PROMPTLY, follower).await.unwrap().unwrap();
+    assert!(
+        matches!(parked, Err(StoreError::Unavailable(_))),
+        "{parked:?}"
+    );
+    // The best-effort sink neither panics nor hangs.
+    timeout(
+        PROMPTLY,
+        store.emit(event("t", None, 3, EventType::StageRetry, "lost")),
+    )
+    .await
+    .unwrap();
+
+    let _server = PrivateRedis::start(port).await;
+
+    eventually("the store to reconnect", || async {
+        store.ping().await.is_ok()
+    })
+    .await;
+    // The restarted server has no data (no persistence): everything starts over, and works.
+    assert_eq!(
+        store.claim("t", "s", "b", ttl).await.unwrap(),
+        Claim::Acquired
+    );
+    let id = store
+        .append(&event("t", None, 4, EventType::StageStarted, "after"))
+        .await
+        .unwrap();
+    let events = store.read("t", None, Duration::ZERO).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].id, id);
+    assert_eq!(
+        DocumentStore::put(&store, "doc", "{}", None).await.unwrap(),
+        Some(1)
+    );
+    // The subscription from before the outage is re-established in the background.
+    // Notices published before it is back are missed by design (the mark is what counts), so
+    // keep cancelling until one arrives.
+    let deadline = Instant::now() + PROMPTLY;
+    loop {
+        store.request_cancel("t-after").await.unwrap();
+        if let Ok(Ok(id)) = timeout(Duration::from_millis(200), notices.recv()).await {
+            assert_eq!(id, "t-after");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cancel subscription did not come back"
+        );
+    }
+}

@@ -1,0 +1,1100 @@
+//! Unit tests of the configuration: defaults, errors naming their key, environment overrides,
+//! key resolution, and the example files that must keep parsing.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use verdict_proto::Language;
+use verdict_proto::repair::RepairMode;
+use verdict_proto::wire::{StageKind, Tool};
+use verdict_worker::provider::ProviderKind;
+
+use super::raw::{self, Field, Kind};
+use super::validate::load_str;
+use super::{Config, ConfigError, TokenSource};
+
+const BASE: &str = r#"
+[providers.local]
+kind = "openai"
+base_url = "http://127.0.0.1:8091"
+model = "m"
+"#;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn load(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    load_str(text, "test.toml", true, &env(vars))
+}
+
+fn ok(text: &str, vars: &[(&str, &str)]) -> Config {
+    match load(text, vars) {
+        Ok(config) => config,
+        Err(e) => panic!("should load: {e}\n---\n{text}"),
+    }
+}
+
+fn err(text: &str, vars: &[(&str, &str)]) -> String {
+    match load(text, vars) {
+        Ok(_) => panic!("should be refused:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn repo_file(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+#[test]
+fn defaults() {
+    let c = ok(BASE, &[]);
+    assert_eq!(c.review_timeout, Duration::from_secs(600));
+    assert_eq!(c.repair_max_attempts, 3);
+    assert_eq!(c.language, Language::ZhCn);
+    assert_eq!(c.issue_categories, None);
+    assert_eq!(c.broker.url, "amqp://guest:guest@127.0.0.1:5672/%2f");
+    assert_eq!(c.broker.prefix, "verdict");
+    assert_eq!(c.broker.delivery_limit, 5);
+    assert_eq!(c.broker.max_requeues, 3);
+    assert_eq!(c.broker.message_max_bytes, 1 << 20);
+    assert_eq!(c.redis.url, "redis://127.0.0.1:6379/");
+    assert_eq!(c.redis.prefix, "verdict:");
+    assert_eq!(c.redis.result_ttl, Duration::from_secs(604_800));
+    assert_eq!(c.redis.transcript_ttl, Duration::from_secs(1_209_600));
+    assert_eq!(c.redis.event_ttl, Duration::from_secs(1_209_600));
+    assert_eq!(c.api.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(
+        c.api.token_source,
+        TokenSource::Env("VERDICT_API_TOKEN".into())
+    );
+    assert!(c.api.token.is_none());
+    assert!(!c.api.allow_unauthenticated);
+    assert_eq!(c.api.max_body_bytes, 1 << 20);
+    assert_eq!(c.worker.concurrency, 8);
+    assert_eq!(c.worker.bulk_concurrency, 4);
+    assert_eq!(c.worker.cache_dir, PathBuf::from("/var/cache/verdict"));
+    assert_eq!(c.worker.snapshot_cache_bytes, 10 << 30);
+    assert_eq!(c.worker.metrics_listen.to_string(), "0.0.0.0:9090");
+    assert_eq!(c.worker.shutdown_grace, Duration::from_secs(60));
+    assert_eq!(c.worker.claim_ttl, Duration::from_secs(60));
+    assert_eq!(c.scheduler.sweep_interval, Duration::from_secs(10));
+    assert_eq!(c.scheduler.stall_after, Duration::from_secs(30));
+    assert_eq!(c.retry, verdict_worker::retry::RetryPolicy::default());
+    assert_eq!(c.pipeline.reviewers, 2);
+    assert_eq!(c.pipeline.max_diff_bytes_per_reviewer, 200_000);
+    assert_eq!(c.pipeline.max_diff_bytes, 1_000_000);
+    assert!(c.pipeline.triage);
+    assert_eq!(c.default_provider, "local");
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+
+    let p = &c.providers[0];
+    assert_eq!((p.name.as_str(), p.kind), ("local", ProviderKind::Openai));
+    assert_eq!(p.timeout, Duration::from_secs(300));
+    assert_eq!(p.connect_timeout, Duration::from_secs(10));
+    assert_eq!(
+        (p.max_tokens, p.temperature, p.api_key.is_none()),
+        (None, None, true)
+    );
+
+    // Every stage is present, on the default provider, with its documented tools and repair.
+    assert_eq!(c.stages.len(), StageKind::ALL.len());
+    for kind in StageKind::ALL {
+        let s = c.stage(kind).unwrap();
+        assert_eq!(s.provider, "local");
+        assert_eq!(s.model, None);
+        assert_eq!(c.stage_model(kind), Some("m"));
+        assert_eq!(s.repair.max_attempts, 3);
+        assert!(s.fallback_models.is_empty());
+        let agentic = matches!(
+            kind,
+            StageKind::Review | StageKind::Scan | StageKind::Reviewer
+        );
+        let tools = if agentic {
+            Tool::READ_ONLY.to_vec()
+        } else {
+            vec![]
+        };
+        assert_eq!(s.tools, tools, "{kind:?}");
+        let envelope = matches!(
+            kind,
+            StageKind::Review | StageKind::Scan | StageKind::IssueAnalysis
+        );
+        let mode = if envelope {
+            RepairMode::Conversation
+        } else {
+            RepairMode::Isolated
+        };
+        assert_eq!(s.repair.mode, mode, "{kind:?}");
+    }
+}
+
+#[test]
+fn embedded_default_parses_and_validates() {
+    let c = Config::embedded_default().unwrap();
+    assert_eq!(c.providers.len(), 1);
+    let p = &c.providers[0];
+    assert_eq!(p.name, "local");
+    assert_eq!(p.kind, ProviderKind::Openai);
+    assert_eq!(p.base_url, "http://127.0.0.1:8091");
+    assert_eq!(p.model, "smollm2");
+    assert!(p.api_key.is_none());
+    assert_eq!(c.default_provider, "local");
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    assert_eq!(
+        c.worker.cache_dir,
+        std::env::temp_dir().join("verdict-cache")
+    );
+
+    // Without a file the cache goes under the user's cache directory, and overrides apply.
+    let c = Config::load(
+        None,
+        &env(&[
+            ("HOME", "/home/u"),
+            (
+                "VERDICT_PROVIDERS__LOCAL__BASE_URL",
+                "http://127.0.0.1:9999",
+            ),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.worker.cache_dir, PathBuf::from("/home/u/.cache/verdict"));
+    assert_eq!(c.providers[0].base_url, "http://127.0.0.1:9999");
+    let c = Config::load(None, &env(&[("XDG_CACHE_HOME", "/c"), ("HOME", "/h")])).unwrap();
+    assert_eq!(c.worker.cache_dir, PathBuf::from("/c/verdict"));
+}
+
+/// Each case: a TOML snippet (given [`BASE`] unless it configures providers itself) and the
+/// start of the error it must produce, which names the key.
+#[test]
+fn every_validation_error_names_its_key() {
+    let cases: &[(&str, &str)] = &[
+        // top level
+        (
+            "review_timeout_seconds = 0",
+            "config key review_timeout_seconds = 0 is too small; set it to 1 or more",
+        ),
+        (
+            "review_timeout_seconds = \"600\"",
+            "config key review_timeout_seconds = \"600\" must be an integer",
+        ),
+        (
+            "protocol_repair_max_attempts = 0",
+            "config key protocol_repair_max_attempts = 0 is out of range 1–10; set it between 1 and 10",
+        ),
+        (
+            "protocol_repair_max_attempts = 11",
+            "config key protocol_repair_max_attempts = 11 is out of range 1–10",
+        ),
+        (
+            "output_language = 3",
+            "config key output_language = 3 must be a string",
+        ),
+        (
+            "issue_categories = []",
+            "config key issue_categories = [] is empty",
+        ),
+        (
+            "issue_categories = [\"bug\", \"bug\"]",
+            "config key issue_categories = \"bug\" is listed twice",
+        ),
+        (
+            "issue_categories = [\"bug\", \" \"]",
+            "config key issue_categories[1] = \" \" must not be empty",
+        ),
+        (
+            "issue_categories = [\"bug\", 2]",
+            "config key issue_categories[1] = 2 must be a string",
+        ),
+        (
+            "issue_categories = \"bug\"",
+            "config key issue_categories = \"bug\" must be an array of strings",
+        ),
+        (
+            "default_provider = \"nope\"",
+            "config key default_provider = \"nope\" names no configured provider; configured: local",
+        ),
+        (
+            "review_timeout = 600",
+            "config key review_timeout is unknown (did you mean `review_timeout_seconds`?); valid top-level keys: review_timeout_seconds,",
+        ),
+        ("broker = 5", "config key broker = 5 must be a table"),
+        // broker
+        (
+            "[broker]\nurl = \"http://rabbit:5672\"",
+            "config key broker.url = \"http://rabbit:5672\" has scheme `http`; use amqp or amqps",
+        ),
+        (
+            "[broker]\nurl = \"amqp://u:hunter22@:5672\"",
+            "config key broker.url = \"amqp://u:[REDACTED]@:5672\" has no host",
+        ),
+        (
+            "[broker]\nurl = \"amqp://rabbit:56x2\"",
+            "config key broker.url = \"amqp://rabbit:56x2\" has port `56x2`",
+        ),
+        (
+            "[broker]\nurl = \"rabbit\"",
+            "config key broker.url = \"rabbit\" is not a URL",
+        ),
+        (
+            "[broker]\nurl = \"\"",
+            "config key broker.url = \"\" must not be empty",
+        ),
+        (
+            "[broker]\nprefix = \"my prefix\"",
+            "config key broker.prefix = \"my prefix\" is not usable in queue names",
+        ),
+        (
+            "[broker]\ndelivery_limit = 0",
+            "config key broker.delivery_limit = 0 is too small; set it to 1 or more",
+        ),
+        (
+            "[broker]\nmax_requeues = -1",
+            "config key broker.max_requeues = -1 is too small; set it to 0 or more",
+        ),
+        (
+            "[broker]\nmessage_max_bytes = 1073741824",
+            "config key broker.message_max_bytes = 1073741824 is out of range 1024–536870912",
+        ),
+        (
+            "[broker]\nurll = \"amqp://x\"",
+            "config key broker.urll is unknown (did you mean `url`?); valid keys in [broker]: url, prefix, delivery_limit, max_requeues, message_max_bytes",
+        ),
+        // redis
+        (
+            "[redis]\nurl = \"amqp://x\"",
+            "config key redis.url = \"amqp://x\" has scheme `amqp`; use redis or rediss or redis+unix or unix",
+        ),
+        (
+            "[redis]\nurl = \"unix://\"",
+            "config key redis.url = \"unix://\" names no socket path",
+        ),
+        (
+            "[redis]\nresult_ttl_seconds = 0",
+            "config key redis.result_ttl_seconds = 0 is too small",
+        ),
+        (
+            "[redis]\ntranscript_ttl_seconds = 0",
+            "config key redis.transcript_ttl_seconds = 0 is too small",
+        ),
+        (
+            "[redis]\nevent_ttl_seconds = -5",
+            "config key redis.event_ttl_seconds = -5 is too small",
+        ),
+        // api
+        (
+            "[api]\nlisten = \"localhost:80\"",
+            "config key api.listen = \"localhost:80\" is not a socket address",
+        ),
+        (
+            "[api]\nlisten = \"127.0.0.1\"",
+            "config key api.listen = \"127.0.0.1\" is not a socket address",
+        ),
+        (
+            "[api]\ntoken_env = \"X\"\ntoken_file = \"/t\"",
+            "config key api.token_file = \"/t\" cannot be combined with api.token_env",
+        ),
+        (
+            "[api]\ntoken_file = \"/nonexistent/token\"",
+            "config key api.token_file = \"/nonexistent/token\" cannot be read",
+        ),
+        (
+            "[api]\ntoken_env = \" \"",
+            "config key api.token_env = \" \" must not be empty",
+        ),
+        (
+            "[api]\nallow_unauthenticated = \"yes\"",
+            "config key api.allow_unauthenticated = \"yes\" must be a boolean",
+        ),
+        (
+            "[api]\nmax_body_bytes = 0",
+            "config key api.max_body_bytes = 0 is too small",
+        ),
+        // worker
+        (
+            "[worker]\nconcurrency = 0",
+            "config key worker.concurrency = 0 is out of range 1–1024; set it between 1 and 1024",
+        ),
+        (
+            "[worker]\nconcurrency = 1025",
+            "config key worker.concurrency = 1025 is out of range 1–1024",
+        ),
+        (
+            "[worker]\nbulk_concurrency = -1",
+            "config key worker.bulk_concurrency = -1 is out of range 0–1024",
+        ),
+        (
+            "[worker]\ncache_dir = \"\"",
+            "config key worker.cache_dir = \"\" must not be empty",
+        ),
+        (
+            "[worker]\nsnapshot_cache_bytes = 0",
+            "config key worker.snapshot_cache_bytes = 0 is too small",
+        ),
+        (
+            "[worker]\nmetrics_listen = \":9090\"",
+            "config key worker.metrics_listen = \":9090\" is not a socket address; write an IP address and a port, e.g. \"0.0.0.0:9090\"",
+        ),
+        (
+            "[worker]\nclaim_ttl_seconds = 2",
+            "config key worker.claim_ttl_seconds = 2 is too small; set it to 3 or more",
+        ),
+        (
+            "[scheduler]\nsweep_interval_seconds = 0",
+            "config key scheduler.sweep_interval_seconds = 0 is too small; set it to 1 or more",
+        ),
+        (
+            "[worker]\nshutdown_grace_seconds = -1",
+            "config key worker.shutdown_grace_seconds = -1 is too small; set it to 0 or more",
+        ),
+        // retry
+        (
+            "[retry]\nbudget = -1",
+            "config key retry.budget = -1 is too small",
+        ),
+        (
+            "[retry]\nbase_delay_ms = 0",
+            "config key retry.base_delay_ms = 0 is too small",
+        ),
+        (
+            "[retry]\nbase_delay_ms = 1000\nmax_delay_ms = 999",
+            "config key retry.max_delay_ms = 999 is below retry.base_delay_ms = 1000",
+        ),
+        (
+            "[retry]\nmax_inline_wait_seconds = -1",
+            "config key retry.max_inline_wait_seconds = -1 is too small",
+        ),
+        // pipeline
+        (
+            "[pipeline]\nreviewers = 0",
+            "config key pipeline.reviewers = 0 is out of range 1–16",
+        ),
+        (
+            "[pipeline]\nreviewers = 17",
+            "config key pipeline.reviewers = 17 is out of range 1–16",
+        ),
+        (
+            "[pipeline]\nmax_diff_bytes_per_reviewer = 0",
+            "config key pipeline.max_diff_bytes_per_reviewer = 0 is too small",
+        ),
+        (
+            "[pipeline]\nmax_diff_bytes = 0",
+            "config key pipeline.max_diff_bytes = 0 is too small",
+        ),
+        (
+            "[pipeline]\ntriage = 1",
+            "config key pipeline.triage = 1 must be a boolean",
+        ),
+        // stages
+        (
+            "[stages.reviewer]\nrepair_attempts = 12",
+            "config key stages.reviewer.repair_attempts = 12 is out of range 1–10; set it between 1 and 10",
+        ),
+        (
+            "[stages.reviewer]\nprovider = \"locl\"",
+            "config key stages.reviewer.provider = \"locl\" names no configured provider (did you mean `local`?); configured: local",
+        ),
+        (
+            "[stages.review]\nmodel = \"\"",
+            "config key stages.review.model = \"\" must not be empty",
+        ),
+        (
+            "[stages.scan]\ntools = [\"write\"]",
+            "config key stages.scan.tools = \"write\" is not a tool; valid tools: read, grep, find, ls",
+        ),
+        (
+            "[stages.scan]\ntools = [\"read\", \"read\"]",
+            "config key stages.scan.tools = \"read\" is listed twice",
+        ),
+        (
+            "[stages.triage]\nrepair_mode = \"loose\"",
+            "config key stages.triage.repair_mode = \"loose\" is not a repair mode; use conversation or isolated",
+        ),
+        (
+            "[stages.triage]\nfallback_models = [\"a\", \"a\"]",
+            "config key stages.triage.fallback_models = \"a\" is listed twice",
+        ),
+        (
+            "[stages.issue_analysis]\nmodel = \"x\"",
+            "config key stages.issue_analysis is not a stage (did you mean `issue-analysis`?); valid stages: triage, summary, reviewer, validator, review, issue-analysis, scan",
+        ),
+        (
+            "[stages.review]\ntool = []",
+            "config key stages.review.tool is unknown (did you mean `tools`?); valid keys in [stages.review]: provider, model, tools, repair_mode, repair_attempts, fallback_models",
+        ),
+        (
+            "[stages]\nreview = 1",
+            "config key stages.review = 1 must be a table, written [stages.review]",
+        ),
+        // providers
+        (
+            "review_timeout_seconds = 5",
+            "config key providers is missing: configure at least one provider",
+        ),
+        (
+            "[providers.a]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\n[providers.b]\nkind = \"openai\"\nbase_url = \"http://b\"\nmodel = \"m\"",
+            "config key default_provider is required when several providers are configured; set it to one of: a, b",
+        ),
+        (
+            "[providers.x]\nbase_url = \"http://a\"\nmodel = \"m\"",
+            "config key providers.x.kind is required; set it to openai, anthropic or exec",
+        ),
+        (
+            "[providers.x]\nkind = \"gemini\"\nbase_url = \"http://a\"\nmodel = \"m\"",
+            "config key providers.x.kind = \"gemini\" is not a provider kind",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"",
+            "config key providers.x.model is required",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nmodel = \"m\"",
+            "config key providers.x.base_url is required for this kind",
+        ),
+        (
+            "[providers.x]\nkind = \"anthropic\"\nbase_url = \"ftp://a\"\nmodel = \"m\"",
+            "config key providers.x.base_url = \"ftp://a\" is not a usable http(s) base URL",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"https://user:hunter22@gw\"\nmodel = \"m\"",
+            "config key providers.x.base_url = \"https://user:[REDACTED]@gw\" carries credentials",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\ncommand = [\"a\"]",
+            "config key providers.x.command applies only to kind = \"exec\"; remove it",
+        ),
+        (
+            "[providers.x]\nkind = \"exec\"\nmodel = \"m\"\ncommand = [\"a\"]\nbase_url = \"http://a\"",
+            "config key providers.x.base_url applies only to kind = \"openai\" or \"anthropic\"",
+        ),
+        (
+            "[providers.x]\nkind = \"exec\"\nmodel = \"m\"\ncommand = [\"a\"]\ntemperature = 0",
+            "config key providers.x.temperature applies only to kind = \"openai\" or \"anthropic\"",
+        ),
+        (
+            "[providers.x]\nkind = \"exec\"\nmodel = \"m\"",
+            "config key providers.x.command is required for kind = \"exec\"",
+        ),
+        (
+            "[providers.x]\nkind = \"exec\"\nmodel = \"m\"\ncommand = []",
+            "config key providers.x.command must name the program",
+        ),
+        (
+            "[providers.x]\nkind = \"exec\"\nmodel = \"m\"\ncommand = [\" \", \"-p\"]",
+            "config key providers.x.command must name the program",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\ntimeout_seconds = 0",
+            "config key providers.x.timeout_seconds = 0 is too small",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\nconnect_timeout_seconds = 0",
+            "config key providers.x.connect_timeout_seconds = 0 is too small",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\nmax_tokens = 0",
+            "config key providers.x.max_tokens = 0 is out of range 1–4294967295",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\ntemperature = 2.5",
+            "config key providers.x.temperature = 2.5 is out of range 0–2",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\ntemperature = \"hot\"",
+            "config key providers.x.temperature = \"hot\" must be a number",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\napi_key_env = \"A\"\napi_key_file = \"/f\"",
+            "config key providers.x.api_key_file = \"/f\" cannot be combined with providers.x.api_key_env",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\napi_key_env = \"NOT_SET_ANYWHERE\"",
+            "config key providers.x.api_key_env: provider `x`: environment variable NOT_SET_ANYWHERE is not set or empty",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\napi_key_file = \"/nonexistent/key\"",
+            "config key providers.x.api_key_file: provider `x`: cannot read API key file /nonexistent/key",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\nkey = \"sk-1\"",
+            "config key providers.x.key is unknown; valid keys in [providers.x]: kind, base_url, model, api_key_env, api_key_file,",
+        ),
+        (
+            "[providers.\"my gw\"]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"",
+            "config key providers.my gw has an invalid name",
+        ),
+        (
+            "[providers]\nx = \"openai\"",
+            "config key providers.x = \"openai\" must be a table",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (snippet, expected) in cases {
+        let text = if snippet.contains("[providers")
+            || snippet.starts_with("review_timeout_seconds = 5")
+        {
+            (*snippet).to_owned()
+        } else {
+            format!("{snippet}\n{BASE}")
+        };
+        match load(&text, &[]) {
+            Ok(_) => failures.push(format!("{snippet:?}: accepted, expected {expected:?}")),
+            Err(e) => {
+                let message = e.to_string();
+                if !message.starts_with(expected) {
+                    failures.push(format!(
+                        "{snippet:?}:\n   got {message}\n  want {expected}…"
+                    ));
+                }
+                assert!(e.key().is_some(), "{message}");
+                assert!(!message.contains("hunter22"), "{message}");
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn syntax_errors_give_line_and_column() {
+    let e = err("[broker]\nurl = \"amqp://x\"\nprefix = \n", &[]);
+    assert!(
+        e.starts_with("config file test.toml: invalid TOML at line 3, column"),
+        "{e}"
+    );
+    let e = err("a = 1\na = 2\n", &[]);
+    assert!(e.contains("line 2"), "{e}");
+}
+
+#[test]
+fn environment_overrides_each_type() {
+    let text = format!(
+        "{BASE}\n[providers.openai-gw]\nkind = \"openai\"\nbase_url = \"https://gw.example\"\nmodel = \"big\"\n"
+    );
+    let c = ok(
+        &text,
+        &[
+            // integers, top level and in a table
+            ("VERDICT_REVIEW_TIMEOUT_SECONDS", "900"),
+            ("VERDICT_WORKER__CONCURRENCY", " 16 "),
+            // strings
+            ("VERDICT_BROKER__URL", "amqps://u:p@rabbit.example:5671/%2f"),
+            ("VERDICT_OUTPUT_LANGUAGE", "en"),
+            ("VERDICT_DEFAULT_PROVIDER", "openai-gw"),
+            // booleans
+            ("VERDICT_PIPELINE__TRIAGE", "false"),
+            ("VERDICT_API__ALLOW_UNAUTHENTICATED", "1"),
+            // a number, in a provider whose name has a `-`
+            ("VERDICT_PROVIDERS__OPENAI_GW__TEMPERATURE", "0.2"),
+            (
+                "VERDICT_PROVIDERS__LOCAL__BASE_URL",
+                "http://127.0.0.1:9999",
+            ),
+            // lists, top level and in a stage whose name has a `-`
+            ("VERDICT_ISSUE_CATEGORIES", "bug, feature ,question"),
+            ("VERDICT_STAGES__ISSUE_ANALYSIS__FALLBACK_MODELS", "a,b"),
+            ("VERDICT_STAGES__REVIEW__TOOLS", ""),
+            ("VERDICT_STAGES__REVIEWER__MODEL", "strong"),
+            // not configuration keys, but verdict's: ignored
+            ("VERDICT_LOG", "debug"),
+            ("VERDICT_API_TOKEN", "t0ken"),
+            // not verdict's at all
+            ("PATH", "/bin"),
+        ],
+    );
+    assert_eq!(c.review_timeout, Duration::from_secs(900));
+    assert_eq!(c.worker.concurrency, 16);
+    assert_eq!(c.broker.url, "amqps://u:p@rabbit.example:5671/%2f");
+    assert_eq!(c.language, Language::En);
+    assert_eq!(c.default_provider, "openai-gw");
+    assert!(!c.pipeline.triage);
+    assert!(c.api.allow_unauthenticated);
+    assert_eq!(c.provider("openai-gw").unwrap().temperature, Some(0.2));
+    assert_eq!(
+        c.provider("local").unwrap().base_url,
+        "http://127.0.0.1:9999"
+    );
+    assert_eq!(
+        c.issue_categories,
+        Some(vec!["bug".into(), "feature".into(), "question".into()])
+    );
+    let analysis = c.stage(StageKind::IssueAnalysis).unwrap();
+    assert_eq!(analysis.fallback_models, ["a", "b"]);
+    assert_eq!(analysis.provider, "openai-gw");
+    assert!(c.stage(StageKind::Review).unwrap().tools.is_empty());
+    assert_eq!(c.stage_model(StageKind::Reviewer), Some("strong"));
+    assert_eq!(c.stage_model(StageKind::Summary), Some("big"));
+    assert_eq!(c.api.token.as_ref().map(|t| t.expose()), Some("t0ken"));
+
+    // An override can define a provider the file does not have.
+    let c = ok(
+        BASE,
+        &[
+            ("VERDICT_PROVIDERS__CLAUDE__KIND", "anthropic"),
+            (
+                "VERDICT_PROVIDERS__CLAUDE__BASE_URL",
+                "https://api.anthropic.com",
+            ),
+            ("VERDICT_PROVIDERS__CLAUDE__MODEL", "claude"),
+            ("VERDICT_DEFAULT_PROVIDER", "claude"),
+        ],
+    );
+    assert_eq!(
+        c.stage_provider(StageKind::Review).unwrap().kind,
+        ProviderKind::Anthropic
+    );
+}
+
+#[test]
+fn errors_in_overridden_values_name_the_variable() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "VERDICT_WORKER__CONCURRENCY",
+            "0",
+            "environment variable VERDICT_WORKER__CONCURRENCY: config key worker.concurrency = 0 is out of range 1–1024",
+        ),
+        (
+            "VERDICT_WORKER__CONCURRENCY",
+            "eight",
+            "environment variable VERDICT_WORKER__CONCURRENCY: `eight` is not an integer (config key worker.concurrency)",
+        ),
+        (
+            "VERDICT_PIPELINE__TRIAGE",
+            "maybe",
+            "environment variable VERDICT_PIPELINE__TRIAGE: `maybe` is not a boolean (true or false) (config key pipeline.triage)",
+        ),
+        (
+            "VERDICT_PROVIDERS__LOCAL__TEMPERATURE",
+            "hot",
+            "environment variable VERDICT_PROVIDERS__LOCAL__TEMPERATURE: `hot` is not a number",
+        ),
+        (
+            "VERDICT_BROKER__URL",
+            "http://u:hunter22@x",
+            "environment variable VERDICT_BROKER__URL: config key broker.url = \"http://u:[REDACTED]@x\" has scheme `http`",
+        ),
+        (
+            "VERDICT_STAGES__SCAN__TOOLS",
+            "read,write",
+            "environment variable VERDICT_STAGES__SCAN__TOOLS: config key stages.scan.tools = \"write\" is not a tool",
+        ),
+        (
+            "VERDICT_PROVIDERS__LOCAL__API_KEY_ENV",
+            "NOPE_KEY",
+            "environment variable VERDICT_PROVIDERS__LOCAL__API_KEY_ENV: config key providers.local.api_key_env: provider `local`: environment variable NOPE_KEY is not set",
+        ),
+        // A provider created by an override is checked like any other.
+        (
+            "VERDICT_PROVIDERS__NEW__MODEL",
+            "m",
+            "environment variable VERDICT_PROVIDERS__NEW__MODEL: config key providers.new.kind is required",
+        ),
+    ];
+    for (var, value, expected) in cases {
+        let e = err(BASE, &[(var, value)]);
+        assert!(
+            e.starts_with(expected),
+            "{var}={value}:\n   got {e}\n  want {expected}…"
+        );
+        assert!(!e.contains("hunter22"), "{e}");
+    }
+}
+
+#[test]
+fn unknown_environment_variables_are_rejected() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "VERDICT_BROKER__URLL",
+            "environment variable VERDICT_BROKER__URLL: there is no key `urll` in [broker] (did you mean `url`?); valid keys: url, prefix,",
+        ),
+        (
+            "VERDICT_BROKERS__URL",
+            "environment variable VERDICT_BROKERS__URL: there is no key `brokers` at the top level (did you mean `broker`?)",
+        ),
+        (
+            "VERDICT_REVIEW_TIMEOUT",
+            "environment variable VERDICT_REVIEW_TIMEOUT: there is no key `review_timeout` at the top level",
+        ),
+        (
+            "VERDICT_API_TOKENS",
+            "environment variable VERDICT_API_TOKENS: there is no key `api_tokens`",
+        ),
+        (
+            "VERDICT_BROKER",
+            "environment variable VERDICT_BROKER: config key broker is a table; set one of its keys (url, prefix,",
+        ),
+        (
+            "VERDICT_BROKER__URL__HOST",
+            "environment variable VERDICT_BROKER__URL__HOST: config key broker.url is a value, not a table; use VERDICT_BROKER__URL",
+        ),
+        (
+            "VERDICT_STAGES__FOO__MODEL",
+            "environment variable VERDICT_STAGES__FOO__MODEL: `foo` is not a stage; valid stages (with _ for -): triage,",
+        ),
+        (
+            "VERDICT_PROVIDERS__LOCAL",
+            "environment variable VERDICT_PROVIDERS__LOCAL: config key providers.local is a table",
+        ),
+        (
+            "VERDICT_PROVIDERS",
+            "environment variable VERDICT_PROVIDERS: config key providers is a table of named tables",
+        ),
+        (
+            "VERDICT_",
+            "environment variable VERDICT_: names no configuration key",
+        ),
+    ];
+    for (var, expected) in cases {
+        let e = err(BASE, &[(var, "x")]);
+        assert!(
+            e.starts_with(expected),
+            "{var}:\n   got {e}\n  want {expected}…"
+        );
+        assert!(e.contains("VERDICT_LOG"), "lists the known variables: {e}");
+    }
+
+    // A VERDICT_* variable the configuration names as a key source is read, not rejected.
+    let text = BASE.replace(
+        "model = \"m\"",
+        "model = \"m\"\napi_key_env = \"VERDICT_LOCAL_KEY\"",
+    );
+    let c = ok(&text, &[("VERDICT_LOCAL_KEY", "sk-local")]);
+    assert_eq!(
+        c.providers[0].api_key.as_ref().unwrap().expose(),
+        "sk-local"
+    );
+    let c = ok(
+        BASE,
+        &[
+            ("VERDICT_API__TOKEN_ENV", "VERDICT_MY_TOKEN"),
+            ("VERDICT_MY_TOKEN", "tok"),
+        ],
+    );
+    assert_eq!(c.api.token.as_ref().unwrap().expose(), "tok");
+    // Every known variable is ignored.
+    let known: Vec<(&str, &str)> = super::KNOWN_ENV_VARS.iter().map(|v| (*v, "1")).collect();
+    ok(BASE, &known);
+    // Only the VERDICT_ prefix is ours.
+    ok(BASE, &[("verdict_broker__urll", "x"), ("XVERDICT_A", "x")]);
+}
+
+#[test]
+fn unknown_keys_list_the_valid_ones() {
+    let e = err(&format!("[worker]\nconcurency = 4\n{BASE}"), &[]);
+    assert_eq!(
+        e,
+        "config key worker.concurency is unknown (did you mean `concurrency`?); valid keys in [worker]: concurrency, bulk_concurrency, cache_dir, snapshot_cache_bytes, metrics_listen, shutdown_grace_seconds, claim_ttl_seconds"
+    );
+    let e = err(&format!("colour = 1\n{BASE}"), &[]);
+    assert_eq!(
+        e,
+        "config key colour is unknown; valid top-level keys: review_timeout_seconds, protocol_repair_max_attempts, output_language, issue_categories, default_provider, broker, redis, api, scheduler, worker, retry, pipeline, providers, stages"
+    );
+}
+
+#[test]
+fn provider_keys_resolve_from_env_and_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, "sk-from-file\nsecond line ignored\n").unwrap();
+    let empty_file = dir.path().join("empty");
+    std::fs::write(&empty_file, "\n").unwrap();
+    let text = format!(
+        r#"
+default_provider = "gw"
+[providers.gw]
+kind = "openai"
+base_url = "https://gw.example/v1"
+model = "big"
+api_key_env = "GW_KEY"
+
+[providers.claude]
+kind = "anthropic"
+base_url = "https://api.anthropic.com"
+model = "claude"
+api_key_file = "{}"
+"#,
+        key_file.display()
+    );
+    let c = ok(&text, &[("GW_KEY", "  sk-from-env \n")]);
+    assert_eq!(
+        c.provider("gw").unwrap().api_key.as_ref().unwrap().expose(),
+        "sk-from-env"
+    );
+    assert_eq!(
+        c.provider("claude")
+            .unwrap()
+            .api_key
+            .as_ref()
+            .unwrap()
+            .expose(),
+        "sk-from-file"
+    );
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("sk-from"), "{debug}");
+
+    let e = err(&text, &[("GW_KEY", "  ")]);
+    assert!(
+        e.contains("providers.gw.api_key_env") && e.contains("GW_KEY is not set"),
+        "{e}"
+    );
+    let e = err(&text.replace("/key\"", "/empty\""), &[("GW_KEY", "k")]);
+    assert!(
+        e.contains("providers.claude.api_key_file") && e.contains("the file is empty"),
+        "{e}"
+    );
+}
+
+#[test]
+fn api_token_is_required_unless_unauthenticated_is_allowed() {
+    let c = ok(BASE, &[]);
+    let e = c.api.require_token().unwrap_err().to_string();
+    assert!(
+        e.starts_with("config key api.token_env = \"VERDICT_API_TOKEN\" gives no API token"),
+        "{e}"
+    );
+    let c = ok(BASE, &[("VERDICT_API_TOKEN", "tok")]);
+    assert_eq!(c.api.require_token().unwrap().unwrap().expose(), "tok");
+    let c = ok(&format!("[api]\nallow_unauthenticated = true\n{BASE}"), &[]);
+    assert!(c.api.require_token().unwrap().is_none());
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "file-token\n").unwrap();
+    let c = ok(
+        &format!(
+            "[api]\ntoken_file = {:?}\n{BASE}",
+            file.display().to_string()
+        ),
+        &[("VERDICT_API_TOKEN", "env")],
+    );
+    assert_eq!(
+        c.api.require_token().unwrap().unwrap().expose(),
+        "file-token"
+    );
+    assert_eq!(c.api.token_source, TokenSource::File(file));
+}
+
+#[test]
+fn debug_never_shows_secrets() {
+    let text = format!(
+        "[broker]\nurl = \"amqp://user:hunter22@rabbit:5672/%2f\"\n[redis]\nurl = \"redis://:hunter22@redis:6379/0\"\n{}",
+        BASE.replace("model = \"m\"", "model = \"m\"\napi_key_env = \"K\"")
+    );
+    let c = ok(
+        &text,
+        &[("K", "sk-hunter22"), ("VERDICT_API_TOKEN", "hunter22")],
+    );
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("hunter22"), "{debug}");
+    assert!(
+        debug.contains("amqp://user:[REDACTED]@rabbit:5672/%2f"),
+        "{debug}"
+    );
+    assert_eq!(c.redis.redacted_url(), "redis://:[REDACTED]@redis:6379/0");
+    assert_eq!(
+        super::validate::redact_url("https://ghp_token@github.com/o/r"),
+        "https://[REDACTED]@github.com/o/r"
+    );
+    assert_eq!(super::validate::redact_url("no url"), "no url");
+}
+
+#[test]
+fn warnings_for_valid_but_doubtful_settings() {
+    let exec = "[providers.agent]\nkind = \"exec\"\nmodel = \"m\"\ncommand = [\"agent\", \"-p\"]\n";
+    let c = ok(
+        &format!("output_language = \"fr\"\nreview_timeout_seconds = 1800\n{exec}"),
+        &[],
+    );
+    assert_eq!(c.language, Language::ZhCn);
+    let keys: Vec<&str> = c.warnings.iter().map(|w| w.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "review_timeout_seconds",
+            "output_language",
+            "providers.agent.no_tools_flag"
+        ]
+    );
+    assert!(
+        c.warnings[0].to_string().contains("consumer_timeout"),
+        "{}",
+        c.warnings[0]
+    );
+    assert!(
+        c.warnings[1]
+            .to_string()
+            .contains("\"fr\" is not a recognised language")
+    );
+    let c = ok(
+        &format!("output_language = \"en-US\"\n{exec}no_tools_flag = \"--no-tools\"\n"),
+        &[],
+    );
+    assert_eq!(c.language, Language::En);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    assert_eq!(c.providers[0].command, ["agent", "-p"]);
+    assert_eq!(c.providers[0].base_url, "");
+}
+
+#[test]
+fn stages_inherit_and_override() {
+    let text = format!(
+        r#"
+protocol_repair_max_attempts = 5
+default_provider = "local"
+{BASE}
+[providers.cheap]
+kind = "openai"
+base_url = "http://127.0.0.1:8092"
+model = "tiny"
+
+[stages.triage]
+provider = "cheap"
+repair_attempts = 2
+repair_mode = "conversation"
+
+[stages.validator]
+tools = ["read", "grep"]
+fallback_models = ["m2", "m3"]
+"#
+    );
+    let c = ok(&text, &[]);
+    let triage = c.stage(StageKind::Triage).unwrap();
+    assert_eq!(triage.provider, "cheap");
+    assert_eq!(c.stage_model(StageKind::Triage), Some("tiny"));
+    assert_eq!(triage.repair.max_attempts, 2);
+    assert_eq!(triage.repair.mode, RepairMode::Conversation);
+    let validator = c.stage(StageKind::Validator).unwrap();
+    assert_eq!(validator.tools, [Tool::Read, Tool::Grep]);
+    assert_eq!(validator.repair.max_attempts, 5);
+    assert_eq!(c.stage(StageKind::Review).unwrap().repair.max_attempts, 5);
+
+    let settings = c.executor_settings();
+    assert_eq!(settings.retry, c.retry);
+    assert_eq!(settings.fallback_models.len(), 1);
+    assert_eq!(
+        settings.fallback_models[&StageKind::Validator],
+        ["m2", "m3"]
+    );
+}
+
+#[test]
+fn integers_are_accepted_for_numbers() {
+    let c = ok(
+        &BASE.replace(
+            "model = \"m\"",
+            "model = \"m\"\ntemperature = 1\nmax_tokens = 4096",
+        ),
+        &[],
+    );
+    assert_eq!(c.providers[0].temperature, Some(1.0));
+    assert_eq!(c.providers[0].max_tokens, Some(4096));
+}
+
+/// The example configuration checked in for operators keeps parsing.
+#[test]
+fn example_file_parses() {
+    let path = repo_file("ops/config/verdict.example.toml");
+    let c = Config::load(
+        Some(&path),
+        &env(&[
+            ("GATEWAY_API_KEY", "sk-gw"),
+            ("ANTHROPIC_API_KEY", "sk-ant"),
+            ("VERDICT_API_TOKEN", "tok"),
+        ]),
+    )
+    .unwrap();
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    assert!(c.providers.len() >= 3, "{:?}", c.providers);
+    assert!(c.api.require_token().unwrap().is_some());
+    let e = Config::load(Some(&path), &[]).unwrap_err().to_string();
+    assert!(e.contains("api_key_env"), "{e}");
+}
+
+/// The complete example in docs/configuration.md parses, and the document mentions every key.
+#[test]
+fn documented_example_parses_and_every_key_is_documented() {
+    let doc = std::fs::read_to_string(repo_file("docs/configuration.md")).unwrap();
+    let (_, after) = doc.split_once("## Complete example").unwrap();
+    let (_, block) = after.split_once("```toml\n").unwrap();
+    let (example, _) = block.split_once("\n```").unwrap();
+    let c = ok(example, &[("OPENAI_API_KEY", "sk")]);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+
+    fn walk(fields: &[Field], path: &str, doc: &str, missing: &mut Vec<String>) {
+        for f in fields {
+            let key = if path.is_empty() {
+                f.name.to_owned()
+            } else {
+                format!("{path}.{}", f.name)
+            };
+            match f.kind {
+                Kind::Table(inner) => walk(inner, &key, doc, missing),
+                Kind::Named(inner, _) => walk(inner, &format!("{key}.<name>"), doc, missing),
+                _ => {
+                    if !doc.contains(&format!("`{key}`")) {
+                        missing.push(key);
+                    }
+                }
+            }
+        }
+    }
+    let mut missing = Vec::new();
+    walk(
+        raw::ROOT,
+        "",
+        &doc.replace("<stage>", "<name>"),
+        &mut missing,
+    );
+    assert!(missing.is_empty(), "undocumented keys: {missing:?}");
+}
+
+/// [`raw::ROOT`] and the serde structs describe the same keys.
+#[test]
+fn schema_matches_the_serde_structs() {
+    use serde::Deserialize;
+    use serde::de::{self, Visitor};
+
+    /// A deserializer that records the field names a struct asks for.
+    struct Capture(Option<&'static [&'static str]>);
+    impl<'de> de::Deserializer<'de> for &mut Capture {
+        type Error = de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            self.0 = Some(fields);
+            Err(de::Error::custom("captured"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    fn fields<'de, T: Deserialize<'de>>() -> Vec<&'static str> {
+        let mut capture = Capture(None);
+        let _ = T::deserialize(&mut capture);
+        capture.0.unwrap().to_vec()
+    }
+    fn names(fields: &[Field]) -> Vec<&'static str> {
+        fields.iter().map(|f| f.name).collect()
+    }
+    assert_eq!(fields::<raw::RawConfig>(), names(raw::ROOT));
+    assert_eq!(fields::<raw::RawBroker>(), names(raw::BROKER));
+    assert_eq!(fields::<raw::RawRedis>(), names(raw::REDIS));
+    assert_eq!(fields::<raw::RawApi>(), names(raw::API));
+    assert_eq!(fields::<raw::RawScheduler>(), names(raw::SCHEDULER));
+    assert_eq!(fields::<raw::RawWorker>(), names(raw::WORKER));
+    assert_eq!(fields::<raw::RawRetry>(), names(raw::RETRY));
+    assert_eq!(fields::<raw::RawPipeline>(), names(raw::PIPELINE));
+    assert_eq!(fields::<raw::RawProvider>(), names(raw::PROVIDER));
+    assert_eq!(fields::<raw::RawStage>(), names(raw::STAGE));
+}

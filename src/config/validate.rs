@@ -1,0 +1,1130 @@
+//! From text to a typed [`Config`] in one pass: TOML syntax, environment overrides, the tree's
+//! shape (unknown keys, wrong types), then every range and relation, with each error naming the
+//! key (and the environment variable when one set it) and saying how to fix it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toml::{Table, Value};
+use verdict_proto::Language;
+use verdict_proto::repair::{DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_RANGE, RepairMode};
+use verdict_proto::wire::{RepairPolicy, StageKind, Tool};
+use verdict_worker::provider::{ApiKeyError, ApiKeySource, ProviderKind, ProviderSettings, Secret};
+use verdict_worker::retry::RetryPolicy;
+
+use super::defaults as d;
+use super::env::{self, Origins};
+use super::raw::{self, Field, Kind, Names, RawConfig, RawProvider, RawStage};
+use super::{
+    ApiConfig, BrokerConfig, Config, ConfigError, ConfigWarning, PipelineConfig, RedisConfig,
+    SchedulerConfig, StageConfig, TokenSource, WorkerConfig,
+};
+
+/// Parses, overrides and validates one configuration text. `file` names it in syntax errors;
+/// `from_file` selects the file defaults (vs. the `verdict dev` ones).
+pub(super) fn load_str(
+    text: &str,
+    file: &str,
+    from_file: bool,
+    env: &[(String, String)],
+) -> Result<Config, ConfigError> {
+    let mut tree: Table = text.parse().map_err(|e: toml::de::Error| {
+        let (line, column) = e
+            .span()
+            .map(|span| line_column(text, span.start))
+            .unwrap_or((1, 1));
+        ConfigError::Syntax {
+            file: file.to_owned(),
+            line,
+            column,
+            message: e.message().trim().replace('\n', "; "),
+        }
+    })?;
+    let origins = env::apply(&mut tree, env)?;
+    let ctx = Ctx {
+        origins: &origins,
+        env,
+    };
+    check_table(&mut tree, raw::ROOT, "", &ctx)?;
+    let raw: RawConfig = Value::Table(tree)
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError::Key {
+            // Unreachable after the shape check; kept as a clear error rather than a panic.
+            key: "<file>".to_owned(),
+            value: None,
+            problem: e.message().trim().to_owned(),
+            env_var: None,
+        })?;
+    build(raw, &ctx, from_file)
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// What errors need to know: which keys the environment set, and the environment itself.
+struct Ctx<'a> {
+    origins: &'a Origins,
+    env: &'a [(String, String)],
+}
+
+impl Ctx<'_> {
+    fn err(&self, key: &str, value: Option<String>, problem: impl Into<String>) -> ConfigError {
+        ConfigError::Key {
+            key: key.to_owned(),
+            value,
+            problem: problem.into(),
+            env_var: self.origins.var_for(key).map(str::to_owned),
+        }
+    }
+
+    /// The value of an environment variable (the last one wins, as in a shell).
+    fn var(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// An integer key: `value` or `default`, within `min..=max` (no upper bound for `None`),
+    /// converted to the target type.
+    fn num<T: TryFrom<i64>>(
+        &self,
+        key: &str,
+        value: Option<i64>,
+        default: i64,
+        min: i64,
+        max: Option<i64>,
+    ) -> Result<T, ConfigError> {
+        let v = value.unwrap_or(default);
+        let problem = match max {
+            Some(max) if v < min || v > max => Some(format!(
+                "is out of range {min}–{max}; set it between {min} and {max}"
+            )),
+            None if v < min => Some(format!("is too small; set it to {min} or more")),
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            return Err(self.err(key, Some(v.to_string()), problem));
+        }
+        T::try_from(v).map_err(|_| self.err(key, Some(v.to_string()), "is too large"))
+    }
+
+    fn seconds(
+        &self,
+        key: &str,
+        value: Option<i64>,
+        default: i64,
+        min: i64,
+    ) -> Result<Duration, ConfigError> {
+        self.num(key, value, default, min, None)
+            .map(Duration::from_secs)
+    }
+
+    /// A text key that, when present, must not be blank.
+    fn text(&self, key: &str, value: Option<String>) -> Result<Option<String>, ConfigError> {
+        match value {
+            Some(v) if v.trim().is_empty() => {
+                Err(self.err(key, Some(quote(&v)), "must not be empty"))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// A list of non-blank, distinct texts.
+    fn names(&self, key: &str, values: Vec<String>) -> Result<Vec<String>, ConfigError> {
+        let mut seen = BTreeSet::new();
+        for (i, v) in values.iter().enumerate() {
+            if v.trim().is_empty() {
+                return Err(self.err(&format!("{key}[{i}]"), Some(quote(v)), "must not be empty"));
+            }
+            if !seen.insert(v.as_str()) {
+                return Err(self.err(key, Some(quote(v)), "is listed twice; list it once"));
+            }
+        }
+        Ok(values)
+    }
+
+    fn socket(
+        &self,
+        key: &str,
+        value: Option<String>,
+        default: &str,
+    ) -> Result<SocketAddr, ConfigError> {
+        let v = value.unwrap_or_else(|| default.to_owned());
+        v.trim().parse().map_err(|_| {
+            self.err(
+                key,
+                Some(quote(&v)),
+                format!(
+                    "is not a socket address; write an IP address and a port, e.g. {default:?}"
+                ),
+            )
+        })
+    }
+}
+
+/// Checks a table against its schema: unknown keys and wrong types are errors naming the key.
+/// Integers given for number keys become floats, so serde sees one type.
+fn check_table(
+    table: &mut Table,
+    fields: &'static [Field],
+    path: &str,
+    ctx: &Ctx<'_>,
+) -> Result<(), ConfigError> {
+    for (name, value) in table.iter_mut() {
+        let key = join(path, name);
+        let Some(field) = raw::field(fields, name) else {
+            let place = if path.is_empty() {
+                "valid top-level keys".to_owned()
+            } else {
+                format!("valid keys in [{path}]")
+            };
+            return Err(ctx.err(
+                &key,
+                None,
+                format!(
+                    "is unknown{}; {place}: {}",
+                    suggestion(name, fields.iter().map(|f| f.name)),
+                    raw::names(fields)
+                ),
+            ));
+        };
+        check_value(value, field.kind, &key, ctx)?;
+    }
+    Ok(())
+}
+
+fn check_value(value: &mut Value, kind: Kind, key: &str, ctx: &Ctx<'_>) -> Result<(), ConfigError> {
+    match (kind, &mut *value) {
+        (Kind::Str, Value::String(_))
+        | (Kind::Int, Value::Integer(_))
+        | (Kind::Float, Value::Float(_))
+        | (Kind::Bool, Value::Boolean(_)) => Ok(()),
+        (Kind::Float, Value::Integer(i)) => {
+            let f = *i as f64;
+            *value = Value::Float(f);
+            Ok(())
+        }
+        (Kind::List, Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                if !item.is_str() {
+                    return Err(ctx.err(
+                        &format!("{key}[{i}]"),
+                        Some(display(item)),
+                        "must be a string",
+                    ));
+                }
+            }
+            Ok(())
+        }
+        (Kind::Table(fields), Value::Table(table)) => check_table(table, fields, key, ctx),
+        (Kind::Named(fields, names), Value::Table(entries)) => {
+            for (name, entry) in entries.iter_mut() {
+                let entry_key = join(key, name);
+                check_name(name, names, &entry_key, ctx)?;
+                match entry {
+                    Value::Table(table) => check_table(table, fields, &entry_key, ctx)?,
+                    other => {
+                        return Err(ctx.err(
+                            &entry_key,
+                            Some(display(other)),
+                            format!("must be a table, written [{entry_key}]"),
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        }
+        (kind, other) => Err(ctx.err(
+            key,
+            Some(display(other)),
+            format!("must be {}", describe(kind)),
+        )),
+    }
+}
+
+fn check_name(name: &str, names: Names, key: &str, ctx: &Ctx<'_>) -> Result<(), ConfigError> {
+    match names {
+        Names::Stages => {
+            if stage_kind(name).is_none() {
+                return Err(ctx.err(
+                    key,
+                    None,
+                    format!(
+                        "is not a stage{}; valid stages: {}",
+                        suggestion(name, StageKind::ALL.iter().map(|s| s.as_str())),
+                        env::stage_names()
+                    ),
+                ));
+            }
+        }
+        Names::Any => {
+            let valid = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !valid {
+                return Err(ctx.err(
+                    key,
+                    None,
+                    "has an invalid name; provider names are made of ASCII letters, digits, - and _",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn describe(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Str => "a string",
+        Kind::Int => "an integer",
+        Kind::Float => "a number",
+        Kind::Bool => "a boolean (true or false)",
+        Kind::List => "an array of strings",
+        Kind::Table(_) | Kind::Named(..) => "a table",
+    }
+}
+
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+fn stage_kind(name: &str) -> Option<StageKind> {
+    StageKind::ALL.into_iter().find(|s| s.as_str() == name)
+}
+
+/// ` (did you mean `x`?)` when a candidate is close to `name` (a small edit away, or one
+/// begins with the other, as in `review_timeout` for `review_timeout_seconds`), else nothing.
+pub(super) fn suggestion<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+    let prefix = |c: &str| name.len() >= 4 && (c.starts_with(name) || name.starts_with(c));
+    candidates
+        .filter_map(|c| {
+            let d = edit_distance(name, c);
+            if d <= 2.max(c.len() / 4) {
+                Some((d, c))
+            } else if prefix(c) {
+                Some((usize::MAX, c))
+            } else {
+                None
+            }
+        })
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| format!(" (did you mean `{c}`?)"))
+        .unwrap_or_default()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+/// A value fit for an error message: strings quoted, credentials redacted.
+fn display(value: &Value) -> String {
+    match value {
+        Value::String(s) => quote(s),
+        Value::Array(_) => "an array".to_owned(),
+        Value::Table(_) => "a table".to_owned(),
+        Value::Integer(i) => i.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Boolean(b) => b.to_string(),
+        Value::Datetime(dt) => dt.to_string(),
+    }
+}
+
+fn quote(text: &str) -> String {
+    format!("{:?}", verdict_proto::redact::redact(&redact_url(text)))
+}
+
+/// `text` with the credentials of its URLs hidden ([`verdict_proto::redact::redact_urls`]).
+pub(super) fn redact_url(text: &str) -> String {
+    verdict_proto::redact::redact_urls(text)
+}
+
+/// The parts of a URL the checks need.
+struct UrlParts<'a> {
+    scheme: String,
+    userinfo: bool,
+    host: &'a str,
+    port: Option<&'a str>,
+    path: &'a str,
+}
+
+fn url_parts(url: &str) -> Option<UrlParts<'_>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    let (userinfo, host_port) = match authority.rfind('@') {
+        Some(at) => (true, &authority[at + 1..]),
+        None => (false, authority),
+    };
+    let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+        let (host, after) = v6.split_once(']')?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match host_port.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        }
+    };
+    Some(UrlParts {
+        scheme: scheme.to_ascii_lowercase(),
+        userinfo,
+        host,
+        port,
+        path,
+    })
+}
+
+/// Checks a broker or Redis URL: one of `schemes`, a host (or a socket path for unix schemes),
+/// a numeric port when one is given.
+fn check_url(
+    ctx: &Ctx<'_>,
+    key: &str,
+    url: &str,
+    schemes: &[&str],
+    example: &str,
+) -> Result<(), ConfigError> {
+    let bad = |problem: String| ctx.err(key, Some(quote(url)), problem);
+    if url.chars().any(char::is_whitespace) {
+        return Err(bad(format!(
+            "contains whitespace; write a URL such as {example}"
+        )));
+    }
+    let Some(parts) = url_parts(url) else {
+        return Err(bad(format!("is not a URL; write one such as {example}")));
+    };
+    if !schemes.contains(&parts.scheme.as_str()) {
+        return Err(bad(format!(
+            "has scheme `{}`; use {}, e.g. {example}",
+            parts.scheme,
+            schemes.join(" or ")
+        )));
+    }
+    if parts.scheme.contains("unix") {
+        if parts.path.len() <= 1 {
+            return Err(bad(format!(
+                "names no socket path, e.g. {}:///run/redis.sock",
+                parts.scheme
+            )));
+        }
+        return Ok(());
+    }
+    if parts.host.is_empty() {
+        return Err(bad(format!("has no host, e.g. {example}")));
+    }
+    if let Some(port) = parts.port
+        && port.parse::<u16>().is_err()
+    {
+        return Err(bad(format!(
+            "has port `{port}`, which is not a number 0–65535"
+        )));
+    }
+    Ok(())
+}
+
+/// The typed configuration from the checked raw one.
+fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, ConfigError> {
+    let mut warnings = Vec::new();
+
+    let timeout_seconds: i64 = ctx.num(
+        "review_timeout_seconds",
+        raw.review_timeout_seconds,
+        d::REVIEW_TIMEOUT_SECONDS,
+        1,
+        None,
+    )?;
+    if timeout_seconds > d::CONSUMER_TIMEOUT_WARNING_SECONDS {
+        warnings.push(ConfigWarning {
+            key: "review_timeout_seconds".to_owned(),
+            message: format!(
+                "= {timeout_seconds} is above {} s: a stage must end well below RabbitMQ's consumer_timeout (30 min by default), or the broker closes the channel; raise consumer_timeout in rabbitmq.conf accordingly",
+                d::CONSUMER_TIMEOUT_WARNING_SECONDS
+            ),
+        });
+    }
+    let repair_max_attempts: u8 = ctx.num(
+        "protocol_repair_max_attempts",
+        raw.protocol_repair_max_attempts,
+        i64::from(DEFAULT_MAX_ATTEMPTS),
+        i64::from(*MAX_ATTEMPTS_RANGE.start()),
+        Some(i64::from(*MAX_ATTEMPTS_RANGE.end())),
+    )?;
+
+    let language_text = raw
+        .output_language
+        .unwrap_or_else(|| d::OUTPUT_LANGUAGE.to_owned());
+    let language = Language::recognise(&language_text).unwrap_or_else(|| {
+        warnings.push(ConfigWarning {
+            key: "output_language".to_owned(),
+            message: format!(
+                "= {} is not a recognised language; using zh-CN (SPEC P6). Write en or zh-CN",
+                quote(&language_text)
+            ),
+        });
+        Language::normalise(&language_text)
+    });
+
+    let issue_categories = match raw.issue_categories {
+        Some(list) if list.is_empty() => {
+            return Err(ctx.err(
+                "issue_categories",
+                Some("[]".to_owned()),
+                "is empty, which would reject every category; remove the key to accept any category",
+            ));
+        }
+        Some(list) => Some(ctx.names("issue_categories", list)?),
+        None => None,
+    };
+
+    let broker = broker(raw.broker, ctx)?;
+    let redis = redis(raw.redis, ctx)?;
+    let api = api(raw.api, ctx)?;
+    let scheduler = scheduler(raw.scheduler, ctx)?;
+    let worker = worker(raw.worker, ctx, from_file)?;
+    let retry = retry(raw.retry, ctx)?;
+    let pipeline = pipeline(raw.pipeline, ctx)?;
+
+    if raw.providers.is_empty() {
+        return Err(ctx.err(
+            "providers",
+            None,
+            "is missing: configure at least one provider, e.g. [providers.main] with kind, base_url and model",
+        ));
+    }
+    let mut providers = Vec::with_capacity(raw.providers.len());
+    for (name, p) in raw.providers {
+        providers.push(provider(&name, p, ctx, &mut warnings)?);
+    }
+    let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+    let configured = names.join(", ");
+    let default_provider = match (
+        ctx.text("default_provider", raw.default_provider)?,
+        names.as_slice(),
+    ) {
+        (Some(name), _) if names.contains(&name.as_str()) => name,
+        (Some(name), _) => {
+            return Err(ctx.err(
+                "default_provider",
+                Some(quote(&name)),
+                format!("names no configured provider; configured: {configured}"),
+            ));
+        }
+        (None, [only]) => (*only).to_owned(),
+        (None, _) => {
+            return Err(ctx.err(
+                "default_provider",
+                None,
+                format!("is required when several providers are configured; set it to one of: {configured}"),
+            ));
+        }
+    };
+
+    let mut raw_stages: BTreeMap<StageKind, RawStage> = BTreeMap::new();
+    for (name, s) in raw.stages {
+        // The shape check accepted only stage names.
+        if let Some(kind) = stage_kind(&name) {
+            raw_stages.insert(kind, s);
+        }
+    }
+    let mut stages = BTreeMap::new();
+    for kind in StageKind::ALL {
+        let s = raw_stages.remove(&kind).unwrap_or_default();
+        let config = stage(kind, s, ctx, &names, &default_provider, repair_max_attempts)?;
+        stages.insert(kind, config);
+    }
+
+    Ok(Config {
+        review_timeout: Duration::from_secs(timeout_seconds.unsigned_abs()),
+        repair_max_attempts,
+        language,
+        issue_categories,
+        broker,
+        redis,
+        api,
+        scheduler,
+        worker,
+        retry,
+        pipeline,
+        providers,
+        default_provider,
+        stages,
+        warnings,
+    })
+}
+
+fn broker(raw: raw::RawBroker, ctx: &Ctx<'_>) -> Result<BrokerConfig, ConfigError> {
+    let url = ctx
+        .text("broker.url", raw.url)?
+        .unwrap_or_else(|| d::BROKER_URL.to_owned());
+    check_url(
+        ctx,
+        "broker.url",
+        &url,
+        &["amqp", "amqps"],
+        "amqp://user:password@rabbitmq:5672/%2f",
+    )?;
+    let prefix = ctx
+        .text("broker.prefix", raw.prefix)?
+        .unwrap_or_else(|| d::BROKER_PREFIX.to_owned());
+    if !prefix
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+    {
+        return Err(ctx.err(
+            "broker.prefix",
+            Some(quote(&prefix)),
+            "is not usable in queue names; use ASCII letters, digits, -, _, . and :",
+        ));
+    }
+    Ok(BrokerConfig {
+        url,
+        prefix,
+        delivery_limit: ctx.num(
+            "broker.delivery_limit",
+            raw.delivery_limit,
+            d::DELIVERY_LIMIT,
+            1,
+            None,
+        )?,
+        max_requeues: ctx.num(
+            "broker.max_requeues",
+            raw.max_requeues,
+            d::MAX_REQUEUES,
+            0,
+            None,
+        )?,
+        message_max_bytes: ctx.num(
+            "broker.message_max_bytes",
+            raw.message_max_bytes,
+            d::MESSAGE_MAX_BYTES,
+            1024,
+            Some(d::MESSAGE_MAX_BYTES_LIMIT),
+        )?,
+    })
+}
+
+fn redis(raw: raw::RawRedis, ctx: &Ctx<'_>) -> Result<RedisConfig, ConfigError> {
+    let url = ctx
+        .text("redis.url", raw.url)?
+        .unwrap_or_else(|| d::REDIS_URL.to_owned());
+    check_url(
+        ctx,
+        "redis.url",
+        &url,
+        &["redis", "rediss", "redis+unix", "unix"],
+        "redis://:password@redis:6379/0",
+    )?;
+    Ok(RedisConfig {
+        url,
+        prefix: raw.prefix.unwrap_or_else(|| d::REDIS_PREFIX.to_owned()),
+        result_ttl: ctx.seconds(
+            "redis.result_ttl_seconds",
+            raw.result_ttl_seconds,
+            d::RESULT_TTL_SECONDS,
+            1,
+        )?,
+        transcript_ttl: ctx.seconds(
+            "redis.transcript_ttl_seconds",
+            raw.transcript_ttl_seconds,
+            d::TRANSCRIPT_TTL_SECONDS,
+            1,
+        )?,
+        event_ttl: ctx.seconds(
+            "redis.event_ttl_seconds",
+            raw.event_ttl_seconds,
+            d::EVENT_TTL_SECONDS,
+            1,
+        )?,
+    })
+}
+
+fn api(raw: raw::RawApi, ctx: &Ctx<'_>) -> Result<ApiConfig, ConfigError> {
+    let listen = ctx.socket("api.listen", raw.listen, d::API_LISTEN)?;
+    let token_env = ctx.text("api.token_env", raw.token_env)?;
+    let token_file = ctx.text("api.token_file", raw.token_file)?;
+    let (token, token_source) = match (token_env, token_file) {
+        (Some(_), Some(file)) => {
+            return Err(ctx.err(
+                "api.token_file",
+                Some(quote(&file)),
+                "cannot be combined with api.token_env; keep one",
+            ));
+        }
+        (_, Some(file)) => {
+            let path = PathBuf::from(&file);
+            let token = read_first_line(&path).map_err(|reason| {
+                ctx.err(
+                    "api.token_file",
+                    Some(quote(&file)),
+                    format!("cannot be read: {reason}"),
+                )
+            })?;
+            (Some(token), TokenSource::File(path))
+        }
+        (var, None) => {
+            let var = var.unwrap_or_else(|| d::API_TOKEN_ENV.to_owned());
+            let token = ctx
+                .var(&var)
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(Secret::new);
+            (token, TokenSource::Env(var))
+        }
+    };
+    Ok(ApiConfig {
+        listen,
+        token,
+        token_source,
+        allow_unauthenticated: raw.allow_unauthenticated.unwrap_or(false),
+        max_body_bytes: ctx.num(
+            "api.max_body_bytes",
+            raw.max_body_bytes,
+            d::API_MAX_BODY_BYTES,
+            1,
+            None,
+        )?,
+    })
+}
+
+/// The first line of a secret file, trimmed; an empty file is an error.
+fn read_first_line(path: &std::path::Path) -> Result<Secret, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    match text.lines().next().map(str::trim) {
+        Some(line) if !line.is_empty() => Ok(Secret::new(line)),
+        _ => Err("the file is empty".to_owned()),
+    }
+}
+
+fn worker(
+    raw: raw::RawWorker,
+    ctx: &Ctx<'_>,
+    from_file: bool,
+) -> Result<WorkerConfig, ConfigError> {
+    let cache_dir = match ctx.text("worker.cache_dir", raw.cache_dir)? {
+        Some(dir) => PathBuf::from(dir),
+        None if from_file => PathBuf::from(d::CACHE_DIR),
+        None => d::dev_cache_dir(|name| ctx.var(name).map(str::to_owned)),
+    };
+    Ok(WorkerConfig {
+        concurrency: ctx.num(
+            "worker.concurrency",
+            raw.concurrency,
+            d::CONCURRENCY,
+            1,
+            Some(d::MAX_CONCURRENCY),
+        )?,
+        bulk_concurrency: ctx.num(
+            "worker.bulk_concurrency",
+            raw.bulk_concurrency,
+            d::BULK_CONCURRENCY,
+            0,
+            Some(d::MAX_CONCURRENCY),
+        )?,
+        cache_dir,
+        snapshot_cache_bytes: ctx.num(
+            "worker.snapshot_cache_bytes",
+            raw.snapshot_cache_bytes,
+            d::SNAPSHOT_CACHE_BYTES,
+            1,
+            None,
+        )?,
+        metrics_listen: ctx.socket(
+            "worker.metrics_listen",
+            raw.metrics_listen,
+            d::METRICS_LISTEN,
+        )?,
+        shutdown_grace: ctx.seconds(
+            "worker.shutdown_grace_seconds",
+            raw.shutdown_grace_seconds,
+            d::SHUTDOWN_GRACE_SECONDS,
+            0,
+        )?,
+        claim_ttl: ctx.seconds(
+            "worker.claim_ttl_seconds",
+            raw.claim_ttl_seconds,
+            d::CLAIM_TTL_SECONDS,
+            d::MIN_CLAIM_TTL_SECONDS,
+        )?,
+    })
+}
+
+fn scheduler(raw: raw::RawScheduler, ctx: &Ctx<'_>) -> Result<SchedulerConfig, ConfigError> {
+    Ok(SchedulerConfig {
+        sweep_interval: ctx.seconds(
+            "scheduler.sweep_interval_seconds",
+            raw.sweep_interval_seconds,
+            d::SWEEP_INTERVAL_SECONDS,
+            1,
+        )?,
+        stall_after: ctx.seconds(
+            "scheduler.stall_after_seconds",
+            raw.stall_after_seconds,
+            d::STALL_AFTER_SECONDS,
+            1,
+        )?,
+    })
+}
+
+fn retry(raw: raw::RawRetry, ctx: &Ctx<'_>) -> Result<RetryPolicy, ConfigError> {
+    let base_ms: u64 = ctx.num(
+        "retry.base_delay_ms",
+        raw.base_delay_ms,
+        d::RETRY_BASE_DELAY_MS,
+        1,
+        None,
+    )?;
+    let max_ms: u64 = ctx.num(
+        "retry.max_delay_ms",
+        raw.max_delay_ms,
+        d::RETRY_MAX_DELAY_MS,
+        1,
+        None,
+    )?;
+    if max_ms < base_ms {
+        return Err(ctx.err(
+            "retry.max_delay_ms",
+            Some(max_ms.to_string()),
+            format!("is below retry.base_delay_ms = {base_ms}; set it to {base_ms} or more"),
+        ));
+    }
+    Ok(RetryPolicy {
+        budget: ctx.num("retry.budget", raw.budget, d::RETRY_BUDGET, 0, None)?,
+        base_delay: Duration::from_millis(base_ms),
+        max_delay: Duration::from_millis(max_ms),
+        max_inline_wait: ctx.seconds(
+            "retry.max_inline_wait_seconds",
+            raw.max_inline_wait_seconds,
+            d::RETRY_MAX_INLINE_WAIT_SECONDS,
+            0,
+        )?,
+    })
+}
+
+fn pipeline(raw: raw::RawPipeline, ctx: &Ctx<'_>) -> Result<PipelineConfig, ConfigError> {
+    Ok(PipelineConfig {
+        reviewers: ctx.num(
+            "pipeline.reviewers",
+            raw.reviewers,
+            d::REVIEWERS,
+            1,
+            Some(d::MAX_REVIEWERS),
+        )?,
+        max_diff_bytes_per_reviewer: ctx.num(
+            "pipeline.max_diff_bytes_per_reviewer",
+            raw.max_diff_bytes_per_reviewer,
+            d::MAX_DIFF_BYTES_PER_REVIEWER,
+            1,
+            None,
+        )?,
+        max_diff_bytes: ctx.num(
+            "pipeline.max_diff_bytes",
+            raw.max_diff_bytes,
+            d::MAX_DIFF_BYTES,
+            1,
+            None,
+        )?,
+        triage: raw.triage.unwrap_or(d::TRIAGE),
+    })
+}
+
+fn provider(
+    name: &str,
+    raw: RawProvider,
+    ctx: &Ctx<'_>,
+    warnings: &mut Vec<ConfigWarning>,
+) -> Result<ProviderSettings, ConfigError> {
+    let key = |k: &str| format!("providers.{name}.{k}");
+    let kind = match raw.kind.as_deref() {
+        Some("openai") => ProviderKind::Openai,
+        Some("anthropic") => ProviderKind::Anthropic,
+        Some("exec") => ProviderKind::Exec,
+        Some(other) => {
+            return Err(ctx.err(
+                &key("kind"),
+                Some(quote(other)),
+                "is not a provider kind; use openai, anthropic or exec",
+            ));
+        }
+        None => {
+            return Err(ctx.err(
+                &key("kind"),
+                None,
+                "is required; set it to openai, anthropic or exec",
+            ));
+        }
+    };
+    let model = ctx.text(&key("model"), raw.model)?.ok_or_else(|| {
+        ctx.err(
+            &key("model"),
+            None,
+            "is required; set it to the model to call",
+        )
+    })?;
+    let http = kind != ProviderKind::Exec;
+    let only = |k: &str, present: bool, http_only: bool| {
+        if present && http != http_only {
+            let kinds = if http_only {
+                "kind = \"openai\" or \"anthropic\""
+            } else {
+                "kind = \"exec\""
+            };
+            Err(ctx.err(&key(k), None, format!("applies only to {kinds}; remove it")))
+        } else {
+            Ok(())
+        }
+    };
+    only("base_url", raw.base_url.is_some(), true)?;
+    only(
+        "connect_timeout_seconds",
+        raw.connect_timeout_seconds.is_some(),
+        true,
+    )?;
+    only("max_tokens", raw.max_tokens.is_some(), true)?;
+    only("temperature", raw.temperature.is_some(), true)?;
+    only("command", raw.command.is_some(), false)?;
+    only("no_tools_flag", raw.no_tools_flag.is_some(), false)?;
+    only("tools_flag", raw.tools_flag.is_some(), false)?;
+
+    let base_url = if http {
+        let url = ctx.text(&key("base_url"), raw.base_url)?.ok_or_else(|| {
+            ctx.err(
+                &key("base_url"),
+                None,
+                "is required for this kind; set it to the API's base URL, e.g. https://api.openai.com",
+            )
+        })?;
+        if url_parts(&url).is_some_and(|p| p.userinfo) {
+            return Err(ctx.err(
+                &key("base_url"),
+                Some(quote(&url)),
+                "carries credentials; put the key in api_key_env or api_key_file instead",
+            ));
+        }
+        verdict_worker::provider::http::endpoint(&url, "x").map_err(|reason| {
+            ctx.err(
+                &key("base_url"),
+                Some(quote(&url)),
+                format!("is not a usable http(s) base URL ({reason}), e.g. https://api.openai.com"),
+            )
+        })?;
+        url
+    } else {
+        String::new()
+    };
+
+    let command = match raw.command {
+        Some(command) => {
+            if command.first().is_none_or(|p| p.trim().is_empty()) {
+                return Err(ctx.err(
+                    &key("command"),
+                    None,
+                    "must name the program to run and its arguments, e.g. [\"my-agent\", \"--print\"]",
+                ));
+            }
+            command
+        }
+        None if !http => {
+            return Err(ctx.err(
+                &key("command"),
+                None,
+                "is required for kind = \"exec\"; set it to the program and its arguments, e.g. [\"my-agent\", \"--print\"]",
+            ));
+        }
+        None => Vec::new(),
+    };
+    let no_tools_flag = ctx.text(&key("no_tools_flag"), raw.no_tools_flag)?;
+    let tools_flag = ctx.text(&key("tools_flag"), raw.tools_flag)?;
+    if !http && no_tools_flag.is_none() {
+        warnings.push(ConfigWarning {
+            key: key("no_tools_flag"),
+            message: "is not set: calls that must run without tools (repairs, calls after the deadline) cannot tell the agent so (SPEC E6); set it to the CLI's no-tools flag".to_owned(),
+        });
+    }
+
+    let key_env = ctx.text(&key("api_key_env"), raw.api_key_env)?;
+    let key_file = ctx.text(&key("api_key_file"), raw.api_key_file)?;
+    let api_key = match (key_env, key_file) {
+        (Some(_), Some(file)) => {
+            return Err(ctx.err(
+                &key("api_key_file"),
+                Some(quote(&file)),
+                format!("cannot be combined with {}; keep one", key("api_key_env")),
+            ));
+        }
+        (Some(var), None) => match ctx.var(&var).map(str::trim) {
+            Some(v) if !v.is_empty() => Some(Secret::new(v)),
+            _ => {
+                let k = key("api_key_env");
+                return Err(ConfigError::ApiKey {
+                    env_var: ctx.origins.var_for(&k).map(str::to_owned),
+                    key: k,
+                    error: ApiKeyError::MissingEnv {
+                        provider: name.to_owned(),
+                        var,
+                    },
+                });
+            }
+        },
+        (None, Some(file)) => ApiKeySource::File(PathBuf::from(file))
+            .resolve(name)
+            .map_err(|error| {
+                let k = key("api_key_file");
+                ConfigError::ApiKey {
+                    env_var: ctx.origins.var_for(&k).map(str::to_owned),
+                    key: k,
+                    error,
+                }
+            })?,
+        (None, None) => None,
+    };
+
+    let temperature = match raw.temperature {
+        Some(t) if !(0.0..=2.0).contains(&t) => {
+            return Err(ctx.err(
+                &key("temperature"),
+                Some(t.to_string()),
+                "is out of range 0–2; set it between 0 and 2",
+            ));
+        }
+        Some(t) => Some(t as f32),
+        None => None,
+    };
+    let max_tokens = match raw.max_tokens {
+        Some(v) => Some(ctx.num(&key("max_tokens"), Some(v), 0, 1, Some(i64::from(u32::MAX)))?),
+        None => None,
+    };
+
+    Ok(ProviderSettings {
+        name: name.to_owned(),
+        kind,
+        base_url,
+        api_key,
+        model,
+        timeout: ctx.seconds(
+            &key("timeout_seconds"),
+            raw.timeout_seconds,
+            d::PROVIDER_TIMEOUT_SECONDS,
+            1,
+        )?,
+        connect_timeout: ctx.seconds(
+            &key("connect_timeout_seconds"),
+            raw.connect_timeout_seconds,
+            d::PROVIDER_CONNECT_TIMEOUT_SECONDS,
+            1,
+        )?,
+        max_tokens,
+        temperature,
+        command,
+        no_tools_flag,
+        tools_flag,
+    })
+}
+
+fn stage(
+    kind: StageKind,
+    raw: RawStage,
+    ctx: &Ctx<'_>,
+    providers: &[&str],
+    default_provider: &str,
+    repair_max_attempts: u8,
+) -> Result<StageConfig, ConfigError> {
+    let key = |k: &str| format!("stages.{}.{k}", kind.as_str());
+    let provider = match ctx.text(&key("provider"), raw.provider)? {
+        Some(p) if providers.contains(&p.as_str()) => p,
+        Some(p) => {
+            return Err(ctx.err(
+                &key("provider"),
+                Some(quote(&p)),
+                format!(
+                    "names no configured provider{}; configured: {}",
+                    suggestion(&p, providers.iter().copied()),
+                    providers.join(", ")
+                ),
+            ));
+        }
+        None => default_provider.to_owned(),
+    };
+    let model = ctx.text(&key("model"), raw.model)?;
+    let tools = match raw.tools {
+        None => d::stage_tools(kind),
+        Some(names) => {
+            let mut tools = Vec::with_capacity(names.len());
+            for name in &names {
+                let tool = Tool::READ_ONLY
+                    .into_iter()
+                    .find(|t| t.as_str() == name)
+                    .ok_or_else(|| {
+                        ctx.err(
+                            &key("tools"),
+                            Some(quote(name)),
+                            "is not a tool; valid tools: read, grep, find, ls (or [] for none)",
+                        )
+                    })?;
+                if tools.contains(&tool) {
+                    return Err(ctx.err(
+                        &key("tools"),
+                        Some(quote(name)),
+                        "is listed twice; list it once",
+                    ));
+                }
+                tools.push(tool);
+            }
+            tools
+        }
+    };
+    let mode = match raw.repair_mode.as_deref() {
+        None => RepairMode::default_for(kind.default_protocol()),
+        Some("conversation") => RepairMode::Conversation,
+        Some("isolated") => RepairMode::Isolated,
+        Some(other) => {
+            return Err(ctx.err(
+                &key("repair_mode"),
+                Some(quote(other)),
+                "is not a repair mode; use conversation or isolated",
+            ));
+        }
+    };
+    let max_attempts = ctx.num(
+        &key("repair_attempts"),
+        raw.repair_attempts,
+        i64::from(repair_max_attempts),
+        i64::from(*MAX_ATTEMPTS_RANGE.start()),
+        Some(i64::from(*MAX_ATTEMPTS_RANGE.end())),
+    )?;
+    let fallback_models = ctx.names(
+        &key("fallback_models"),
+        raw.fallback_models.unwrap_or_default(),
+    )?;
+    Ok(StageConfig {
+        provider,
+        model,
+        tools,
+        repair: RepairPolicy { mode, max_attempts },
+        fallback_models,
+    })
+}

@@ -1,0 +1,310 @@
+//! From a validated [`Config`] to running parts: the one wiring that `verdict scheduler`,
+//! `verdict worker` and `verdict dev` share, so the three cannot drift apart.
+//!
+//! A process first gets its [`Backends`] — RabbitMQ, Redis and a git repository cache
+//! ([`Backends::connect`]), or the in-memory ones (`crate::dev`) — then an [`Assembly`] builds
+//! the scheduler engine and any number of worker consumers on them, each with its settings taken
+//! from the configuration here and nowhere else.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use verdict_backends::broker::Broker;
+use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
+use verdict_backends::clock::{Clock, SystemClock};
+use verdict_backends::repo::{GitRepositorySource, GitSourceConfig, RepoError, RepositorySource};
+use verdict_backends::store::StateStore;
+use verdict_backends::store::redis::{RedisConfig, RedisStore};
+use verdict_proto::wire::StageKind;
+use verdict_scheduler::engine::{Scheduler, SchedulerDeps, SchedulerSettings};
+use verdict_scheduler::metrics::SchedulerMetrics;
+use verdict_scheduler::pipeline::{PipelineSettings, StageSettings};
+use verdict_worker::consumer::{Consumer, ConsumerSettings};
+use verdict_worker::executor::{ExecutorDeps, ProviderRegistry, StageExecutor};
+use verdict_worker::metrics::WorkerMetrics;
+use verdict_worker::provider::{self, ProviderBuildError};
+
+use crate::config::Config;
+
+/// Why a process could not be assembled; each names the setting to check.
+#[derive(Debug, thiserror::Error)]
+pub enum WiringError {
+    #[error("connect to RabbitMQ (broker.url): {0}")]
+    Broker(#[from] verdict_backends::broker::BrokerError),
+    #[error("connect to Redis (redis.url): {0}")]
+    Store(#[from] verdict_backends::store::StoreError),
+    #[error("open the repository cache under {dir} (worker.cache_dir): {reason}")]
+    Repositories { dir: String, reason: String },
+    #[error("configure providers: {0}")]
+    Providers(#[from] ProviderBuildError),
+    #[error("register metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// Which process a repository cache belongs to: each keeps its own folder under
+/// `worker.cache_dir`, so a scheduler and a worker on one host never share a mirror lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Scheduler,
+    Worker,
+    Dev,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Scheduler => "scheduler",
+            Role::Worker => "worker",
+            Role::Dev => "dev",
+        }
+    }
+}
+
+/// What a process runs on: one broker, one store holding every kind of shared state, one
+/// repository source and a clock.
+#[derive(Debug, Clone)]
+pub struct Backends {
+    pub broker: Arc<dyn Broker>,
+    pub store: Arc<dyn StateStore>,
+    pub repositories: Arc<dyn RepositorySource>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Backends {
+    /// RabbitMQ and Redis as configured, and the git repository cache of `role`; `name`
+    /// identifies this process's broker connection.
+    pub async fn connect(config: &Config, name: &str, role: Role) -> Result<Backends, WiringError> {
+        let broker = AmqpBroker::connect(amqp_config(config, name)).await?;
+        let store = RedisStore::connect(redis_config(config)).await?;
+        let repositories = open_repositories(config, role).await?;
+        Ok(Backends {
+            broker: Arc::new(broker),
+            store: Arc::new(store),
+            repositories,
+            clock: Arc::new(SystemClock),
+        })
+    }
+}
+
+/// Builds the parts of a process on its backends. Metrics of every part go to one registry,
+/// which the process serves on `/metrics`.
+#[derive(Debug)]
+pub struct Assembly {
+    config: Config,
+    backends: Backends,
+    registry: prometheus::Registry,
+    /// Registered once, shared by every consumer of the process (`verdict dev` runs several).
+    worker_metrics: Mutex<Option<WorkerMetrics>>,
+}
+
+impl Assembly {
+    pub fn new(config: &Config, backends: Backends) -> Assembly {
+        Assembly {
+            config: config.clone(),
+            backends,
+            registry: prometheus::Registry::new(),
+            worker_metrics: Mutex::new(None),
+        }
+    }
+
+    pub fn backends(&self) -> &Backends {
+        &self.backends
+    }
+
+    pub fn registry(&self) -> &prometheus::Registry {
+        &self.registry
+    }
+
+    /// The scheduler engine (call once per process: its metrics are registered here).
+    pub fn scheduler(&self) -> Result<Scheduler, WiringError> {
+        let b = &self.backends;
+        let store = &b.store;
+        Ok(Scheduler::new(
+            SchedulerDeps {
+                broker: b.broker.clone(),
+                documents: store.clone(),
+                events: store.clone(),
+                cancels: store.clone(),
+                inputs: store.clone(),
+                repositories: b.repositories.clone(),
+                clock: b.clock.clone(),
+                metrics: SchedulerMetrics::register(&self.registry)?,
+            },
+            scheduler_settings(&self.config),
+        ))
+    }
+
+    /// One worker consumer named `worker_id`, with its own stage executor over `providers`.
+    pub fn worker(
+        &self,
+        worker_id: String,
+        providers: ProviderRegistry,
+    ) -> Result<Consumer, WiringError> {
+        let b = &self.backends;
+        let store = &b.store;
+        let executor = StageExecutor::new(
+            ExecutorDeps {
+                providers,
+                repositories: b.repositories.clone(),
+                inputs: store.clone(),
+                journal: store.clone(),
+                transcripts: store.clone(),
+                events: store.clone(),
+                metrics: self.worker_metrics()?,
+                clock: b.clock.clone(),
+            },
+            self.config.executor_settings(),
+        );
+        Ok(Consumer::new(
+            executor,
+            b.broker.clone(),
+            store.clone(),
+            store.clone(),
+            consumer_settings(&self.config, worker_id),
+        ))
+    }
+
+    fn worker_metrics(&self) -> Result<WorkerMetrics, prometheus::Error> {
+        let mut slot = self
+            .worker_metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(m) = slot.as_ref() {
+            return Ok(m.clone());
+        }
+        let m = WorkerMetrics::register(&self.registry)?;
+        *slot = Some(m.clone());
+        Ok(m)
+    }
+}
+
+/// The pipeline part of the configuration, as copied into each task.
+pub fn pipeline_settings(config: &Config) -> PipelineSettings {
+    let stages = StageKind::ALL
+        .into_iter()
+        .filter_map(|kind| {
+            let s = config.stage(kind)?;
+            Some((
+                kind,
+                StageSettings {
+                    provider: Some(s.provider.clone()),
+                    model: s.model.clone(),
+                    tools: s.tools.clone(),
+                    repair: s.repair,
+                },
+            ))
+        })
+        .collect();
+    PipelineSettings {
+        triage: config.pipeline.triage,
+        reviewers: u8::try_from(config.pipeline.reviewers).unwrap_or(u8::MAX),
+        max_diff_bytes_per_reviewer: config.pipeline.max_diff_bytes_per_reviewer,
+        max_diff_bytes: config.pipeline.max_diff_bytes,
+        stages,
+        issue_categories: config.issue_categories.clone(),
+    }
+}
+
+pub fn scheduler_settings(config: &Config) -> SchedulerSettings {
+    SchedulerSettings {
+        pipeline: pipeline_settings(config),
+        review_timeout: config.review_timeout,
+        language: config.language,
+        message_max_bytes: config.broker.message_max_bytes,
+        sweep_interval: config.scheduler.sweep_interval,
+        stall_after: config.scheduler.stall_after,
+    }
+}
+
+pub fn consumer_settings(config: &Config, worker_id: String) -> ConsumerSettings {
+    ConsumerSettings {
+        worker_id,
+        concurrency: u16::try_from(config.worker.concurrency).unwrap_or(u16::MAX),
+        bulk_concurrency: u16::try_from(config.worker.bulk_concurrency).unwrap_or(u16::MAX),
+        max_requeues: config.broker.max_requeues,
+        message_max_bytes: config.broker.message_max_bytes,
+        claim_ttl: config.worker.claim_ttl,
+        shutdown_grace: config.worker.shutdown_grace,
+    }
+}
+
+/// Every configured provider, built and validated; the configured default is the default.
+pub fn provider_registry(config: &Config) -> Result<ProviderRegistry, ProviderBuildError> {
+    let mut registry = ProviderRegistry::new();
+    for settings in &config.providers {
+        registry.insert(provider::build(settings.clone())?);
+    }
+    registry.set_default(&config.default_provider);
+    Ok(registry)
+}
+
+/// A name for this process, unique enough among workers for claims and logs.
+pub fn process_id(role: Role) -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".to_owned());
+    format!("{}-{host}-{}", role.as_str(), std::process::id())
+}
+
+/// The RabbitMQ settings of a process named `connection_name`.
+pub fn amqp_config(config: &Config, connection_name: &str) -> AmqpConfig {
+    let mut c = AmqpConfig::new(config.broker.url.clone());
+    c.prefix = config.broker.prefix.clone();
+    c.delivery_limit = config.broker.delivery_limit;
+    c.connection_name = connection_name.to_owned();
+    c
+}
+
+/// The Redis settings.
+pub fn redis_config(config: &Config) -> RedisConfig {
+    let mut c = RedisConfig::new(config.redis.url.clone());
+    c.prefix = config.redis.prefix.clone();
+    c.result_ttl = config.redis.result_ttl;
+    c.transcript_ttl = config.redis.transcript_ttl;
+    c.event_ttl = config.redis.event_ttl;
+    c
+}
+
+/// How many processes of one role may share a `worker.cache_dir`, each in its own slot.
+const CACHE_SLOTS: usize = 64;
+
+/// The repository cache settings of process role `role` in slot `slot` (1-based) under
+/// `worker.cache_dir`: `<role>` for the first process, `<role>-<slot>` for the others.
+pub fn git_config(config: &Config, role: Role, slot: usize) -> GitSourceConfig {
+    let name = match slot {
+        0 | 1 => role.as_str().to_owned(),
+        n => format!("{}-{n}", role.as_str()),
+    };
+    let mut c = GitSourceConfig::new(config.worker.cache_dir.join(name));
+    c.max_snapshot_bytes = config.worker.snapshot_cache_bytes;
+    c
+}
+
+/// Opens the first repository cache slot of `role` that no other live process holds (a cache
+/// directory belongs to one process at a time; several workers on one host each get their own
+/// and keep it across restarts), off the async threads (it scans the directory).
+pub async fn open_repositories(
+    config: &Config,
+    role: Role,
+) -> Result<Arc<GitRepositorySource>, WiringError> {
+    let configs: Vec<GitSourceConfig> = (1..=CACHE_SLOTS)
+        .map(|slot| git_config(config, role, slot))
+        .collect();
+    let root = config.worker.cache_dir.clone();
+    let dir = root.display().to_string();
+    let opened = tokio::task::spawn_blocking(move || {
+        for git in configs {
+            match GitRepositorySource::open(git) {
+                Err(RepoError::CacheInUse { .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(RepoError::CacheInUse { dir: root })
+    })
+    .await;
+    let failed = |reason: String| WiringError::Repositories {
+        dir: dir.clone(),
+        reason,
+    };
+    let source = opened
+        .map_err(|e| failed(e.to_string()))?
+        .map_err(|e| failed(e.to_string()))?;
+    Ok(Arc::new(source))
+}

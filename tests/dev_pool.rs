@@ -1,0 +1,307 @@
+//! The whole pool in one process (`verdict dev`'s runtime) on the fake provider: every end-to-end
+//! scenario of the distributed pool, plus the ones only an in-process test can stage precisely
+//! (a poison message, the same stage delivered twice).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use verdict::config::Config;
+use verdict::dev::DevPool;
+use verdict::runtime;
+use verdict_backends::broker::{Broker, Message, Route};
+use verdict_backends::repo::{GitRepositorySource, GitSourceConfig};
+use verdict_backends::store::DocumentStore;
+use verdict_proto::outcome::FailureKind;
+use verdict_proto::wire::{EventType, Priority};
+use verdict_scheduler::document::{TaskDocument, TaskState};
+use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions, TaskService};
+use verdict_testkit::scenario::{self, Isolation};
+use verdict_testkit::{Behaviour, FakeProvider, Script};
+
+struct Rig {
+    fake: FakeProvider,
+    pool: DevPool,
+    repo: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn rig(script: impl FnOnce(&FakeProvider)) -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = scenario::sample_repo(&dir.path().join("repo")).unwrap();
+    let fake = FakeProvider::start().await;
+    script(&fake);
+    let cache = dir.path().join("cache");
+    let toml = scenario::config_toml(&fake.base_url(), &Isolation::unique("dev"), &cache);
+    let path = dir.path().join("verdict.toml");
+    std::fs::write(&path, toml).unwrap();
+    let config = Config::load(Some(&path), &[]).unwrap();
+    let mut git = GitSourceConfig::new(&cache);
+    git.env = vec![("GIT_CONFIG_GLOBAL".into(), "/dev/null".into())];
+    let repositories = Arc::new(GitRepositorySource::open(git).unwrap());
+    let providers = runtime::provider_registry(&config).unwrap();
+    let pool = DevPool::start(&config, providers, repositories, 2).unwrap();
+    Rig {
+        fake,
+        pool,
+        repo: repo.display().to_string(),
+        _dir: dir,
+    }
+}
+
+fn review(rig: &Rig, pipeline: &str) -> ReviewSubmission {
+    ReviewSubmission {
+        repository: rig.repo.clone(),
+        base: "main".into(),
+        head: "feature/coupons".into(),
+        pipeline: Some(pipeline.into()),
+        title: Some("Add percentage coupons".into()),
+        body: Some("Adds coupons and an average price.".into()),
+        options: SubmissionOptions::default(),
+    }
+}
+
+async fn run(rig: &Rig, pipeline: &str) -> TaskDocument {
+    let id = rig
+        .pool
+        .scheduler
+        .submit_review(review(rig, pipeline))
+        .await
+        .unwrap()
+        .id;
+    let doc = rig.pool.wait(&id, Duration::from_secs(60)).await.unwrap();
+    assert!(doc.state.is_terminal(), "task did not finish: {doc:#?}");
+    doc
+}
+
+fn types(doc: &TaskDocument) -> Vec<EventType> {
+    doc.events.iter().map(|e| e.kind).collect()
+}
+
+fn happy(fake: &FakeProvider) {
+    scenario::script_valid_answers(fake);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_stage_review_completes() {
+    let rig = rig(happy).await;
+    let doc = run(&rig, "multi").await;
+    assert_eq!(doc.state, TaskState::Completed, "{doc:#?}");
+    let result = doc.result.as_ref().unwrap();
+    assert_eq!(result["decision"], "request_changes");
+    assert_eq!(result["score"], 6);
+    let stages: Vec<&str> = doc.stages.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(
+        stages,
+        ["triage", "summary", "reviewer-1", "reviewer-2", "validator"]
+    );
+    assert!(
+        doc.stages
+            .iter()
+            .all(|s| s.outcome.as_deref() == Some("ok"))
+    );
+    assert_eq!(doc.coverage.files_reviewed.len(), 2);
+    assert_eq!(types(&doc).last(), Some(&EventType::TaskFinished));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triage_prose_falls_back_before_the_summary_and_the_review_completes() {
+    let rig = rig(|fake| {
+        happy(fake);
+        fake.script(
+            scenario::TRIAGE,
+            Script::always(Behaviour::text(scenario::PROSE)),
+        );
+    })
+    .await;
+    let doc = run(&rig, "multi").await;
+    assert_eq!(doc.state, TaskState::Completed, "{doc:#?}");
+    let fallback = doc
+        .events
+        .iter()
+        .position(|e| e.kind == EventType::TriageFallback)
+        .expect("a triage-fallback event");
+    let summary_started = doc
+        .events
+        .iter()
+        .position(|e| e.kind == EventType::StageStarted && e.stage_id.as_deref() == Some("summary"))
+        .unwrap();
+    assert!(fallback < summary_started);
+    assert_eq!(
+        doc.events[fallback].message,
+        "Triage did not return structured output; continuing with review by default."
+    );
+    let repairs = doc
+        .events
+        .iter()
+        .filter(|e| e.channel.as_deref() == Some("review:protocol_repair"))
+        .count();
+    assert_eq!(repairs, 2, "triage went through both repair rounds");
+    assert_eq!(doc.result.as_ref().unwrap()["triage_fallback"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reviewer_answering_prose_makes_the_task_incomplete() {
+    let rig = rig(|fake| {
+        happy(fake);
+        fake.script(
+            scenario::REVIEWER,
+            Script::always(Behaviour::text(scenario::PROSE)),
+        );
+    })
+    .await;
+    let doc = run(&rig, "multi").await;
+    assert_eq!(doc.state, TaskState::Incomplete, "{doc:#?}");
+    assert!(doc.result.is_none(), "nothing publishable");
+    assert!(doc.reason.as_ref().unwrap().contains("reviewer"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_review_envelope_degrades_with_no_score() {
+    let rig = rig(|fake| {
+        fake.script(
+            scenario::REVIEW,
+            Script::always(Behaviour::text(scenario::PROSE)),
+        )
+    })
+    .await;
+    let doc = run(&rig, "single").await;
+    assert_eq!(doc.state, TaskState::Degraded, "{doc:#?}");
+    let r = doc.result.as_ref().unwrap();
+    assert_eq!(r["decision"], "comment");
+    assert!(r["score"].is_null());
+    assert_eq!(r["findings"], serde_json::json!([]));
+    assert!(types(&doc).contains(&EventType::Degraded));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unauthorised_provider_is_incomplete_with_kind_auth() {
+    let rig =
+        rig(|fake| fake.script(scenario::REVIEW, Script::always(Behaviour::status(401)))).await;
+    let doc = run(&rig, "single").await;
+    assert_eq!(doc.state, TaskState::Incomplete, "{doc:#?}");
+    assert_eq!(doc.stages[0].failure_kind, Some(FailureKind::Auth));
+    assert_eq!(
+        rig.fake.requests_for(scenario::REVIEW).len(),
+        1,
+        "auth is not retried"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_aborts() {
+    let rig = rig(|fake| fake.script(scenario::REVIEW, Script::always(Behaviour::hang()))).await;
+    let id = rig
+        .pool
+        .scheduler
+        .submit_review(review(&rig, "single"))
+        .await
+        .unwrap()
+        .id;
+    rig.fake
+        .wait_for_requests(1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    rig.pool.scheduler.cancel(&id).await.unwrap();
+    let doc = rig.pool.wait(&id, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(doc.state, TaskState::Aborted);
+    assert!(doc.result.is_none());
+    assert!(types(&doc).contains(&EventType::Cancelled));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_is_dead_lettered_while_the_pool_carries_on() {
+    let rig = rig(happy).await;
+    let poison = Message {
+        body: b"{\"version\": 7, \"task_id\": \"x\"}".to_vec(),
+        headers: Default::default(),
+    };
+    rig.pool
+        .broker
+        .publish(Route::Stages(Priority::Interactive), &poison)
+        .await
+        .unwrap();
+    let doc = run(&rig, "single").await;
+    assert_eq!(doc.state, TaskState::Completed);
+    let dead = rig.pool.broker.dead_letters();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(
+        dead[0].1.contains("version 7"),
+        "the reason names the problem: {}",
+        dead[0].1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_stage_delivered_twice_calls_the_provider_once() {
+    let rig = rig(|fake| {
+        fake.script(
+            scenario::REVIEW,
+            Script::always(Behaviour::text(scenario::REVIEW_OK).after(Duration::from_millis(300))),
+        );
+    })
+    .await;
+    let id = rig
+        .pool
+        .scheduler
+        .submit_review(review(&rig, "single"))
+        .await
+        .unwrap()
+        .id;
+    rig.fake
+        .wait_for_requests(1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    // Deliver the stage again while the first delivery is running.
+    let record = rig
+        .pool
+        .store
+        .get(&format!("task:{id}"))
+        .await
+        .unwrap()
+        .unwrap();
+    let task: serde_json::Value = serde_json::from_str(&record.body).unwrap();
+    let request: verdict_proto::wire::StageRequest =
+        serde_json::from_value(task["stages"][0]["request"].clone()).unwrap();
+    let duplicate = Message {
+        body: verdict_proto::wire::encode(&request).unwrap(),
+        headers: Default::default(),
+    };
+    rig.pool
+        .broker
+        .publish(Route::Stages(Priority::Interactive), &duplicate)
+        .await
+        .unwrap();
+    let doc = rig.pool.wait(&id, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(doc.state, TaskState::Completed, "{doc:#?}");
+    // Once more after the result is recorded: the worker republishes it instead of running.
+    rig.pool
+        .broker
+        .publish(Route::Stages(Priority::Interactive), &duplicate)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while rig.pool.broker.depth(Route::Stages(Priority::Interactive)) > 0
+        || rig
+            .pool
+            .broker
+            .unsettled(Route::Stages(Priority::Interactive))
+            > 0
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the duplicate was not consumed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        rig.fake.requests_for(scenario::REVIEW).len(),
+        1,
+        "the provider is called once"
+    );
+    assert_eq!(
+        rig.pool.scheduler.task(&id).await.unwrap().state,
+        TaskState::Completed
+    );
+}
