@@ -1,23 +1,25 @@
-//! The diff parser against real `git diff` output: one throwaway repository with every shape of
-//! change a PR can hold, diffed with the option variants reviewers' tooling uses.
+//! The diff parser against real git: one throwaway repository with every shape of change a PR can
+//! hold, diffed with the option variants reviewers' tooling uses.
 //!
-//! Expectations are hand-computed from the edits below, so a change in git's output that moves a
-//! commentable line shows up here rather than as a misplaced review comment.
+//! Each variant's output is stored as a diff case, `data/diff/real-git-<variant>.diff`, whose
+//! expected parse (checked by hand against the edits below when it was stored) the table test in
+//! `cases/` checks without git. This test runs the installed git and requires its output to parse
+//! exactly as the stored output does, so a git whose output would move a commentable line fails
+//! here rather than as a misplaced review comment. `VERDICT_BLESS=1` stores the installed git's
+//! output instead; bless the cases afterwards (`--test cases`) and review both diffs.
 #![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
 use tempfile::TempDir;
-use verdict_proto::diff::{self, FileStatus};
+use verdict_proto::diff;
 
-type Lines = Vec<(u32, u32)>;
-
-/// Runs git in `repo` with no user or system configuration able to change its output.
+/// Runs git in `repo` with no user or system configuration able to change its output, and fixed
+/// dates so that commit ids (which `format-patch` prints) do not change between runs.
 fn git(home: &Path, repo: &Path, args: &[&str]) -> String {
     let output = Command::new("git")
         .args([
@@ -39,6 +41,8 @@ fn git(home: &Path, repo: &Path, args: &[&str]) -> String {
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("HOME", home)
         .env("XDG_CONFIG_HOME", home)
+        .env("GIT_AUTHOR_DATE", "2024-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2024-01-01T00:00:00Z")
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .env_remove("GIT_INDEX_FILE")
@@ -134,61 +138,6 @@ fn repository() -> (TempDir, std::path::PathBuf) {
     (home, repo)
 }
 
-/// Parses git output, which must yield no warnings, into path → commentable ranges.
-fn commentable(output: &str) -> BTreeMap<String, Lines> {
-    let parsed = diff::parse(output);
-    assert!(
-        parsed.warnings.is_empty(),
-        "warnings on real git output: {:#?}\n{output}",
-        parsed.warnings
-    );
-    let files = parsed.commentable().files;
-    let count = files.len();
-    let map: BTreeMap<String, Lines> = files.into_iter().map(|f| (f.path, f.lines)).collect();
-    assert_eq!(map.len(), count, "a path is listed twice: {map:#?}");
-    map
-}
-
-fn statuses(output: &str) -> BTreeMap<String, (FileStatus, bool)> {
-    diff::parse(output)
-        .files
-        .into_iter()
-        .map(|f| {
-            let path = f.path().unwrap().to_owned();
-            (path, (f.status, f.binary))
-        })
-        .collect()
-}
-
-fn expected(entries: &[(&str, &[(u32, u32)])]) -> BTreeMap<String, Lines> {
-    entries
-        .iter()
-        .map(|(path, lines)| ((*path).to_owned(), lines.to_vec()))
-        .collect()
-}
-
-const NO_LINES: &[(u32, u32)] = &[];
-
-/// The expectation for three lines of context (git's default).
-fn expected_u3() -> BTreeMap<String, Lines> {
-    expected(&[
-        ("edit.txt", &[(2, 8), (48, 54), (93, 98)]),
-        ("moved-renamed.txt", NO_LINES),
-        ("renamed-edited.txt", &[(7, 13)]),
-        ("template-copy.txt", &[(18, 21)]),
-        ("image.bin", NO_LINES),
-        ("new.bin", NO_LINES),
-        ("script.sh", NO_LINES),
-        ("eof.txt", &[(1, 3)]),
-        ("crlf.txt", &[(1, 3)]),
-        ("dir with space/my file.txt", &[(1, 1)]),
-        ("café.txt", &[(1, 2)]),
-        ("say \"hi\".txt", &[(1, 2)]),
-        ("added.txt", &[(1, 3)]),
-        ("shrink.txt", &[(1, 6)]),
-    ])
-}
-
 const BASE: [&str; 7] = [
     "diff",
     "--no-color",
@@ -199,128 +148,125 @@ const BASE: [&str; 7] = [
     "HEAD",
 ];
 
-fn diff_with(home: &Path, repo: &Path, extra: &[&str]) -> String {
-    let mut args = BASE.to_vec();
-    args.splice(1..1, extra.iter().copied());
-    git(home, repo, &args)
+/// A stored git output: its case name, the git command, and text it must hold to exercise what
+/// it is there for.
+struct Variant {
+    case: &'static str,
+    args: Vec<&'static str>,
+    must_hold: Option<&'static str>,
 }
 
-#[test]
-fn default_git_diff() {
-    let (home, repo) = repository();
-    let output = diff_with(home.path(), &repo, &[]);
-    assert_eq!(commentable(&output), expected_u3(), "\n{output}");
-
-    let statuses = statuses(&output);
-    let expect = |path: &str, status: FileStatus, binary: bool| {
-        assert_eq!(
-            statuses.get(path),
-            Some(&(status, binary)),
-            "{path}: {statuses:#?}"
-        );
+fn variants() -> Vec<Variant> {
+    let diff = |extra: &[&'static str]| {
+        let mut args = BASE.to_vec();
+        args.splice(1..1, extra.iter().copied());
+        args
     };
-    expect("gone.txt", FileStatus::Deleted, false);
-    expect("added.txt", FileStatus::Added, false);
-    expect("moved-renamed.txt", FileStatus::Renamed, false);
-    expect("renamed-edited.txt", FileStatus::Renamed, false);
-    expect("template-copy.txt", FileStatus::Copied, false);
-    expect("image.bin", FileStatus::Modified, true);
-    expect("new.bin", FileStatus::Added, true);
-    expect("script.sh", FileStatus::ModeChanged, false);
-    expect("edit.txt", FileStatus::Modified, false);
-    expect("café.txt", FileStatus::Modified, false);
-
-    let parsed = diff::parse(&output);
-    let by_path = |p: &str| parsed.files.iter().find(|f| f.path() == Some(p)).unwrap();
-    let renamed = by_path("moved-renamed.txt");
-    assert_eq!(renamed.old_path.as_deref(), Some("moved.txt"));
-    assert_eq!(renamed.similarity, Some(100));
-    assert!(renamed.hunks.is_empty());
-    assert_eq!(
-        by_path("template-copy.txt").old_path.as_deref(),
-        Some("template.txt")
-    );
-    let script = by_path("script.sh");
-    assert_eq!(
-        (script.old_mode.as_deref(), script.new_mode.as_deref()),
-        (Some("100644"), Some("100755"))
-    );
-    let eof = &by_path("eof.txt").hunks[0];
-    assert!(eof.old_missing_newline && eof.new_missing_newline);
-    assert_eq!(by_path("edit.txt").hunks.len(), 3);
-    assert!(!parsed.commentable().contains("edit.txt", 8, 48));
-    assert!(parsed.commentable().contains("edit.txt", 48, 54));
-    assert!(!parsed.commentable().contains("gone.txt", 1, 1));
+    let mut crlf_only = BASE.to_vec();
+    crlf_only.extend(["--", "crlf.txt"]);
+    vec![
+        Variant {
+            case: "real-git-default",
+            args: diff(&[]),
+            must_hold: None,
+        },
+        Variant {
+            case: "real-git-zero-context",
+            args: diff(&["-U0"]),
+            must_hold: None,
+        },
+        Variant {
+            case: "real-git-binary-patches",
+            args: diff(&["--binary"]),
+            must_hold: Some("GIT binary patch"),
+        },
+        Variant {
+            case: "real-git-no-prefix",
+            args: diff(&["--no-prefix"]),
+            must_hold: None,
+        },
+        Variant {
+            case: "real-git-custom-prefixes",
+            args: diff(&["--src-prefix=old/", "--dst-prefix=new/"]),
+            must_hold: None,
+        },
+        Variant {
+            case: "real-git-format-patch",
+            args: vec![
+                "format-patch",
+                "--stdout",
+                "--no-color",
+                "-M",
+                "-C",
+                "--find-copies-harder",
+                "-1",
+                "HEAD",
+            ],
+            must_hold: None,
+        },
+        Variant {
+            case: "real-git-crlf-content",
+            args: crlf_only,
+            must_hold: Some("+TWO\r\n"),
+        },
+    ]
 }
 
 #[test]
-fn zero_context() {
+fn installed_git_output_parses_as_the_stored_cases() {
     let (home, repo) = repository();
-    let output = diff_with(home.path(), &repo, &["-U0"]);
-    let mut expect = expected_u3();
-    for (path, lines) in [
-        ("edit.txt", vec![(5, 5), (51, 51)]),
-        ("renamed-edited.txt", vec![(10, 10)]),
-        ("template-copy.txt", vec![(21, 21)]),
-        ("eof.txt", vec![(3, 3)]),
-        ("crlf.txt", vec![(2, 2)]),
-        ("café.txt", vec![(2, 2)]),
-        ("say \"hi\".txt", vec![(2, 2)]),
-        // A pure deletion without context leaves nothing to comment on, but the file is listed.
-        ("shrink.txt", vec![]),
-    ] {
-        expect.insert(path.to_owned(), lines);
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/diff");
+    let bless = std::env::var_os("VERDICT_BLESS").is_some();
+    let version = git(home.path(), &repo, &["--version"]);
+    let mut failures = Vec::new();
+    for variant in variants() {
+        let live = git(home.path(), &repo, &variant.args);
+        let path = data.join(format!("{}.diff", variant.case));
+        if bless {
+            fs::write(&path, &live).unwrap();
+        }
+        let stored = fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (run with VERDICT_BLESS=1 to store it)",
+                path.display()
+            )
+        });
+        if let Some(needle) = variant.must_hold {
+            for (what, text) in [("git's output", &live), ("the stored case", &stored)] {
+                if !text.contains(needle) {
+                    failures.push(format!("{}: {what} lacks {needle:?}", variant.case));
+                }
+            }
+        }
+        let live_parse = diff::parse(&live);
+        if !live_parse.warnings.is_empty() {
+            failures.push(format!(
+                "{}: warnings on real git output: {:#?}\n{live}",
+                variant.case, live_parse.warnings
+            ));
+        }
+        let stored_parse = diff::parse(&stored);
+        if live_parse != stored_parse {
+            let first = live_parse
+                .files
+                .iter()
+                .zip(&stored_parse.files)
+                .find(|(l, s)| l != s);
+            failures.push(format!(
+                "{}: `git {}` parses differently from the stored case {} ({} files live, {} \
+                 stored); first differing file (live, stored): {first:#?}\nIf git changed, store \
+                 its output with VERDICT_BLESS=1 and review the diff.\n--- live output\n{live}",
+                variant.case,
+                variant.args.join(" "),
+                path.display(),
+                live_parse.files.len(),
+                stored_parse.files.len(),
+            ));
+        }
     }
-    assert_eq!(commentable(&output), expect, "\n{output}");
-}
-
-#[test]
-fn binary_patches_are_skipped() {
-    let (home, repo) = repository();
-    let output = diff_with(home.path(), &repo, &["--binary"]);
-    assert!(output.contains("GIT binary patch"), "{output}");
-    assert_eq!(commentable(&output), expected_u3(), "\n{output}");
-}
-
-#[test]
-fn no_prefix_and_custom_prefixes() {
-    let (home, repo) = repository();
-    let output = diff_with(home.path(), &repo, &["--no-prefix"]);
-    assert_eq!(commentable(&output), expected_u3(), "\n{output}");
-    let output = diff_with(
-        home.path(),
-        &repo,
-        &["--src-prefix=old/", "--dst-prefix=new/"],
+    assert!(
+        failures.is_empty(),
+        "with {version}\n{}",
+        failures.join("\n\n")
     );
-    assert_eq!(commentable(&output), expected_u3(), "\n{output}");
-}
-
-#[test]
-fn format_patch_mail() {
-    let (home, repo) = repository();
-    let output = git(
-        home.path(),
-        &repo,
-        &[
-            "format-patch",
-            "--stdout",
-            "--no-color",
-            "-M",
-            "-C",
-            "--find-copies-harder",
-            "-1",
-            "HEAD",
-        ],
-    );
-    assert_eq!(commentable(&output), expected_u3(), "\n{output}");
-}
-
-#[test]
-fn crlf_content_lines_keep_their_numbering() {
-    let (home, repo) = repository();
-    let mut args = BASE.to_vec();
-    args.extend(["--", "crlf.txt"]);
-    let output = git(home.path(), &repo, &args);
-    assert!(output.contains("+TWO\r\n"), "{output:?}");
-    assert_eq!(commentable(&output), expected(&[("crlf.txt", &[(1, 3)])]));
 }

@@ -1,52 +1,21 @@
-//! The one table-driven test for every protocol: each response under `data/<protocol>/` is a case.
+//! Protocol cases: model responses validated as their directory's protocol.
 //!
 //! A case is `<name>.txt` (the response, byte for byte) plus exactly one of
 //! - `<name>.json`: the response is valid and this is its canonical value;
 //! - `<name>.err`: the response is invalid and these are its diagnostics, one per line, exactly as
 //!   the repair round quotes them.
 //!
-//! and optionally `<name>.options.json` ([`ValidateOptions`]). Adding a case is adding files.
-//! `VERDICT_BLESS=1 cargo test -p verdict-proto --test cases` rewrites the expectations from the
-//! current behaviour — review the diff before committing it.
-
-#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
+//! and optionally `<name>.options.json` ([`ValidateOptions`]).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use verdict_proto::{ProtocolId, ValidateOptions, validate};
 
-#[test]
-fn every_case_under_data_matches_its_expectation() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    let bless = std::env::var_os("VERDICT_BLESS").is_some();
-    let mut failures = Vec::new();
-    let mut count = 0;
-    for dir in sorted_entries(&root) {
-        let protocol_name = dir.file_name().unwrap().to_str().unwrap().to_owned();
-        let protocol: ProtocolId = protocol_name
-            .parse()
-            .unwrap_or_else(|e| panic!("directory {}: {e}", dir.display()));
-        for input in sorted_entries(&dir) {
-            if input.extension().and_then(|e| e.to_str()) != Some("txt") {
-                continue;
-            }
-            count += 1;
-            if let Err(f) = check_case(protocol, &input, bless) {
-                failures.push(f);
-            }
-        }
-    }
-    assert!(count > 0, "no cases found under {}", root.display());
-    assert!(
-        failures.is_empty(),
-        "{} of {count} cases failed:\n\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
-}
+pub const INPUT: &str = "txt";
+pub const COMPANIONS: &[&str] = &["json", "err", "options.json"];
 
-fn check_case(protocol: ProtocolId, input: &Path, bless: bool) -> Result<(), String> {
+pub fn check(protocol: ProtocolId, input: &Path, bless: bool) -> Result<(), String> {
     let name = input.display().to_string();
     let response = fs::read_to_string(input).map_err(|e| format!("{name}: {e}"))?;
     let options_path = input.with_extension("options.json");
@@ -122,13 +91,4 @@ fn pretty(v: &serde_json::Value) -> String {
     let mut s = serde_json::to_string_pretty(v).unwrap();
     s.push('\n');
     s
-}
-
-fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    v.sort();
-    v
 }
