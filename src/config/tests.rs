@@ -496,7 +496,27 @@ fn every_validation_error_names_its_key() {
         ),
         (
             "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\nmax_tokens = 0",
-            "config key providers.x.max_tokens = 0 is out of range 1–4294967295",
+            "config key providers.x.max_tokens = 0 is too small; set it to 1 or more",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\nmax_tokens = 4294967296",
+            "config key providers.x.max_tokens = 4294967296 is too large; set it to 4294967295 or less",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\ntimeout_seconds = -5",
+            "config key providers.x.timeout_seconds = -5 is too small; set it to 1 or more",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \" \"",
+            "config key providers.x.model = \" \" must not be empty",
+        ),
+        (
+            "[providers.x]\nkind = \"exec\"\nmodel = \"m\"\ncommand = [\"a\"]\nno_tools_flag = \"\"",
+            "config key providers.x.no_tools_flag = \"\" must not be empty",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\ntemperature = nan",
+            "config key providers.x.temperature = NaN is out of range 0–2",
         ),
         (
             "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\ntemperature = 2.5",
@@ -684,6 +704,17 @@ fn errors_in_overridden_values_name_the_variable() {
             "VERDICT_PROVIDERS__LOCAL__API_KEY_ENV",
             "NOPE_KEY",
             "environment variable VERDICT_PROVIDERS__LOCAL__API_KEY_ENV: config key providers.local.api_key_env: provider `local`: environment variable NOPE_KEY is not set",
+        ),
+        // Values the worker's provider check refuses name the variable too.
+        (
+            "VERDICT_PROVIDERS__LOCAL__TIMEOUT_SECONDS",
+            "0",
+            "environment variable VERDICT_PROVIDERS__LOCAL__TIMEOUT_SECONDS: config key providers.local.timeout_seconds = 0 is too small; set it to 1 or more",
+        ),
+        (
+            "VERDICT_PROVIDERS__LOCAL__BASE_URL",
+            "ftp://x",
+            "environment variable VERDICT_PROVIDERS__LOCAL__BASE_URL: config key providers.local.base_url = \"ftp://x\" is not a usable http(s) base URL",
         ),
         // A provider created by an override is checked like any other.
         (
