@@ -314,7 +314,7 @@ pub(super) fn suggestion<'a>(name: &str, candidates: impl Iterator<Item = &'a st
     let prefix = |c: &str| name.len() >= 4 && (c.starts_with(name) || name.starts_with(c));
     candidates
         .filter_map(|c| {
-            let d = edit_distance(name, c);
+            let d = strsim::levenshtein(name, c);
             if d <= 2.max(c.len() / 4) {
                 Some((d, c))
             } else if prefix(c) {
@@ -326,23 +326,6 @@ pub(super) fn suggestion<'a>(name: &str, candidates: impl Iterator<Item = &'a st
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| format!(" (did you mean `{c}`?)"))
         .unwrap_or_default()
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let next = (diagonal + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
-            diagonal = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
 }
 
 /// A value fit for an error message: strings quoted, credentials redacted.
