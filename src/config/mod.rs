@@ -13,6 +13,16 @@
 //! 4. [`defaults`]: every default lives in one file, documented in `docs/configuration.md`.
 //!
 //! Every key, its type, default and meaning are documented in `docs/configuration.md`.
+//!
+//! Why not a configuration crate (evaluated for issue 12): figment 0.10's `Env` reads only the
+//! process environment (not the `env` given to [`Config::load`]), types a variable's value by
+//! its text rather than by the key (`VERDICT_PIPELINE__TRIAGE=1` is "found unsigned int, expected
+//! a boolean", a comma-separated list is "found string, expected a sequence"), cannot map `_` to
+//! `-` in the file's own provider names, names `PROVIDERS.LOCAL.TEMPERATURE` rather than the
+//! variable, and suggests nothing for a typo; its `toml` feature brings toml 0.8 beside toml 1.
+//! garde 0.23 says "lower than 1" with no way to add the fix; validator 0.21 takes a message per
+//! attribute; neither applies defaults or converts types, which `validate`'s `Ctx::num` does in
+//! the same one call per key.
 
 mod defaults;
 mod env;

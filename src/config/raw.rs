@@ -1,147 +1,14 @@
-//! The configuration file as written: serde structs mirroring the TOML, and the schema of its keys
-//! (names and value kinds) that the unknown-key check, the type check and the environment
-//! overrides share, so the three cannot disagree about what a key is.
+//! The configuration file as written: for each table, a serde struct mirroring the TOML and the
+//! schema of its keys (names and value kinds) that the unknown-key check, the type check and the
+//! environment overrides share. Both come from one declaration per table ([`table!`]), so what a
+//! key is cannot differ between them.
 //!
 //! Every value is optional here and numbers are `i64` (TOML's integer): whether a key is required
 //! and which range it accepts is decided in [`super::validate`], where the error can name the key.
-//! A unit test keeps [`ROOT`] and the serde structs in step.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-
-/// The whole file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawConfig {
-    pub review_timeout_seconds: Option<i64>,
-    pub protocol_repair_max_attempts: Option<i64>,
-    pub output_language: Option<String>,
-    pub issue_categories: Option<Vec<String>>,
-    pub default_provider: Option<String>,
-    #[serde(default)]
-    pub broker: RawBroker,
-    #[serde(default)]
-    pub redis: RawRedis,
-    #[serde(default)]
-    pub api: RawApi,
-    #[serde(default)]
-    pub scheduler: RawScheduler,
-    #[serde(default)]
-    pub worker: RawWorker,
-    #[serde(default)]
-    pub retry: RawRetry,
-    #[serde(default)]
-    pub pipeline: RawPipeline,
-    #[serde(default)]
-    pub providers: BTreeMap<String, RawProvider>,
-    #[serde(default)]
-    pub stages: BTreeMap<String, RawStage>,
-}
-
-/// `[broker]`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawBroker {
-    pub url: Option<String>,
-    pub prefix: Option<String>,
-    pub delivery_limit: Option<i64>,
-    pub max_requeues: Option<i64>,
-    pub message_max_bytes: Option<i64>,
-}
-
-/// `[redis]`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawRedis {
-    pub url: Option<String>,
-    pub prefix: Option<String>,
-    pub result_ttl_seconds: Option<i64>,
-    pub transcript_ttl_seconds: Option<i64>,
-    pub event_ttl_seconds: Option<i64>,
-}
-
-/// `[api]`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawApi {
-    pub listen: Option<String>,
-    pub token_env: Option<String>,
-    pub token_file: Option<String>,
-    pub allow_unauthenticated: Option<bool>,
-    pub max_body_bytes: Option<i64>,
-}
-
-/// `[scheduler]`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawScheduler {
-    pub sweep_interval_seconds: Option<i64>,
-    pub stall_after_seconds: Option<i64>,
-}
-
-/// `[worker]`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawWorker {
-    pub concurrency: Option<i64>,
-    pub bulk_concurrency: Option<i64>,
-    pub cache_dir: Option<String>,
-    pub snapshot_cache_bytes: Option<i64>,
-    pub metrics_listen: Option<String>,
-    pub shutdown_grace_seconds: Option<i64>,
-    pub claim_ttl_seconds: Option<i64>,
-}
-
-/// `[retry]`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawRetry {
-    pub budget: Option<i64>,
-    pub base_delay_ms: Option<i64>,
-    pub max_delay_ms: Option<i64>,
-    pub max_inline_wait_seconds: Option<i64>,
-}
-
-/// `[pipeline]`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawPipeline {
-    pub reviewers: Option<i64>,
-    pub max_diff_bytes_per_reviewer: Option<i64>,
-    pub max_diff_bytes: Option<i64>,
-    pub triage: Option<bool>,
-}
-
-/// `[providers.<name>]`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawProvider {
-    pub kind: Option<String>,
-    pub base_url: Option<String>,
-    pub model: Option<String>,
-    pub api_key_env: Option<String>,
-    pub api_key_file: Option<String>,
-    pub timeout_seconds: Option<i64>,
-    pub connect_timeout_seconds: Option<i64>,
-    pub max_tokens: Option<i64>,
-    pub temperature: Option<f64>,
-    pub command: Option<Vec<String>>,
-    pub no_tools_flag: Option<String>,
-    pub tools_flag: Option<String>,
-}
-
-/// `[stages.<stage>]`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawStage {
-    pub provider: Option<String>,
-    pub model: Option<String>,
-    pub tools: Option<Vec<String>>,
-    pub repair_mode: Option<String>,
-    pub repair_attempts: Option<i64>,
-    pub fallback_models: Option<Vec<String>>,
-}
 
 /// What a key holds.
 #[derive(Debug, Clone, Copy)]
@@ -179,100 +46,170 @@ const fn key(name: &'static str, kind: Kind) -> Field {
     Field { name, kind }
 }
 
-pub(super) const BROKER: &[Field] = &[
-    key("url", Kind::Str),
-    key("prefix", Kind::Str),
-    key("delivery_limit", Kind::Int),
-    key("max_requeues", Kind::Int),
-    key("message_max_bytes", Kind::Int),
-];
+/// Declares one table of the file from its list of keys: the serde struct (`$raw`, every key
+/// optional, a missing table empty) and the schema (`$schema`), in the same order.
+macro_rules! table {
+    ($(#[$doc:meta])* $raw:ident, $schema:ident { $($key:ident: $kind:ident $(($($args:tt)*))?,)* }) => {
+        $(#[$doc])*
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub(super) struct $raw {
+            $(pub $key: value_type!($kind $(($($args)*))?),)*
+        }
 
-pub(super) const REDIS: &[Field] = &[
-    key("url", Kind::Str),
-    key("prefix", Kind::Str),
-    key("result_ttl_seconds", Kind::Int),
-    key("transcript_ttl_seconds", Kind::Int),
-    key("event_ttl_seconds", Kind::Int),
-];
+        pub(super) const $schema: &[Field] = &[
+            $(key(stringify!($key), value_kind!($kind $(($($args)*))?)),)*
+        ];
+    };
+}
 
-pub(super) const API: &[Field] = &[
-    key("listen", Kind::Str),
-    key("token_env", Kind::Str),
-    key("token_file", Kind::Str),
-    key("allow_unauthenticated", Kind::Bool),
-    key("max_body_bytes", Kind::Int),
-];
+/// The serde type of a [`Kind`].
+macro_rules! value_type {
+    (Str) => { Option<String> };
+    (Int) => { Option<i64> };
+    (Float) => { Option<f64> };
+    (Bool) => { Option<bool> };
+    (List) => { Option<Vec<String>> };
+    (Table($raw:ident, $schema:ident)) => { $raw };
+    (Named($raw:ident, $schema:ident, $names:ident)) => { BTreeMap<String, $raw> };
+}
 
-pub(super) const SCHEDULER: &[Field] = &[
-    key("sweep_interval_seconds", Kind::Int),
-    key("stall_after_seconds", Kind::Int),
-];
+/// The [`Kind`] a declaration names.
+macro_rules! value_kind {
+    (Table($raw:ident, $schema:ident)) => {
+        Kind::Table($schema)
+    };
+    (Named($raw:ident, $schema:ident, $names:ident)) => {
+        Kind::Named($schema, Names::$names)
+    };
+    ($kind:ident) => {
+        Kind::$kind
+    };
+}
 
-pub(super) const WORKER: &[Field] = &[
-    key("concurrency", Kind::Int),
-    key("bulk_concurrency", Kind::Int),
-    key("cache_dir", Kind::Str),
-    key("snapshot_cache_bytes", Kind::Int),
-    key("metrics_listen", Kind::Str),
-    key("shutdown_grace_seconds", Kind::Int),
-    key("claim_ttl_seconds", Kind::Int),
-];
+table! {
+    /// The top level of the file.
+    RawConfig, ROOT {
+        review_timeout_seconds: Int,
+        protocol_repair_max_attempts: Int,
+        output_language: Str,
+        issue_categories: List,
+        default_provider: Str,
+        broker: Table(RawBroker, BROKER),
+        redis: Table(RawRedis, REDIS),
+        api: Table(RawApi, API),
+        scheduler: Table(RawScheduler, SCHEDULER),
+        worker: Table(RawWorker, WORKER),
+        retry: Table(RawRetry, RETRY),
+        pipeline: Table(RawPipeline, PIPELINE),
+        providers: Named(RawProvider, PROVIDER, Any),
+        stages: Named(RawStage, STAGE, Stages),
+    }
+}
 
-pub(super) const RETRY: &[Field] = &[
-    key("budget", Kind::Int),
-    key("base_delay_ms", Kind::Int),
-    key("max_delay_ms", Kind::Int),
-    key("max_inline_wait_seconds", Kind::Int),
-];
+table! {
+    /// `[broker]`
+    RawBroker, BROKER {
+        url: Str,
+        prefix: Str,
+        delivery_limit: Int,
+        max_requeues: Int,
+        message_max_bytes: Int,
+    }
+}
 
-pub(super) const PIPELINE: &[Field] = &[
-    key("reviewers", Kind::Int),
-    key("max_diff_bytes_per_reviewer", Kind::Int),
-    key("max_diff_bytes", Kind::Int),
-    key("triage", Kind::Bool),
-];
+table! {
+    /// `[redis]`
+    RawRedis, REDIS {
+        url: Str,
+        prefix: Str,
+        result_ttl_seconds: Int,
+        transcript_ttl_seconds: Int,
+        event_ttl_seconds: Int,
+    }
+}
 
-pub(super) const PROVIDER: &[Field] = &[
-    key("kind", Kind::Str),
-    key("base_url", Kind::Str),
-    key("model", Kind::Str),
-    key("api_key_env", Kind::Str),
-    key("api_key_file", Kind::Str),
-    key("timeout_seconds", Kind::Int),
-    key("connect_timeout_seconds", Kind::Int),
-    key("max_tokens", Kind::Int),
-    key("temperature", Kind::Float),
-    key("command", Kind::List),
-    key("no_tools_flag", Kind::Str),
-    key("tools_flag", Kind::Str),
-];
+table! {
+    /// `[api]`
+    RawApi, API {
+        listen: Str,
+        token_env: Str,
+        token_file: Str,
+        allow_unauthenticated: Bool,
+        max_body_bytes: Int,
+    }
+}
 
-pub(super) const STAGE: &[Field] = &[
-    key("provider", Kind::Str),
-    key("model", Kind::Str),
-    key("tools", Kind::List),
-    key("repair_mode", Kind::Str),
-    key("repair_attempts", Kind::Int),
-    key("fallback_models", Kind::List),
-];
+table! {
+    /// `[scheduler]`
+    RawScheduler, SCHEDULER {
+        sweep_interval_seconds: Int,
+        stall_after_seconds: Int,
+    }
+}
 
-/// The top level of the file.
-pub(super) const ROOT: &[Field] = &[
-    key("review_timeout_seconds", Kind::Int),
-    key("protocol_repair_max_attempts", Kind::Int),
-    key("output_language", Kind::Str),
-    key("issue_categories", Kind::List),
-    key("default_provider", Kind::Str),
-    key("broker", Kind::Table(BROKER)),
-    key("redis", Kind::Table(REDIS)),
-    key("api", Kind::Table(API)),
-    key("scheduler", Kind::Table(SCHEDULER)),
-    key("worker", Kind::Table(WORKER)),
-    key("retry", Kind::Table(RETRY)),
-    key("pipeline", Kind::Table(PIPELINE)),
-    key("providers", Kind::Named(PROVIDER, Names::Any)),
-    key("stages", Kind::Named(STAGE, Names::Stages)),
-];
+table! {
+    /// `[worker]`
+    RawWorker, WORKER {
+        concurrency: Int,
+        bulk_concurrency: Int,
+        cache_dir: Str,
+        snapshot_cache_bytes: Int,
+        metrics_listen: Str,
+        shutdown_grace_seconds: Int,
+        claim_ttl_seconds: Int,
+    }
+}
+
+table! {
+    /// `[retry]`
+    RawRetry, RETRY {
+        budget: Int,
+        base_delay_ms: Int,
+        max_delay_ms: Int,
+        max_inline_wait_seconds: Int,
+    }
+}
+
+table! {
+    /// `[pipeline]`
+    RawPipeline, PIPELINE {
+        reviewers: Int,
+        max_diff_bytes_per_reviewer: Int,
+        max_diff_bytes: Int,
+        triage: Bool,
+    }
+}
+
+table! {
+    /// `[providers.<name>]`
+    RawProvider, PROVIDER {
+        kind: Str,
+        base_url: Str,
+        model: Str,
+        api_key_env: Str,
+        api_key_file: Str,
+        timeout_seconds: Int,
+        connect_timeout_seconds: Int,
+        max_tokens: Int,
+        temperature: Float,
+        command: List,
+        no_tools_flag: Str,
+        tools_flag: Str,
+    }
+}
+
+table! {
+    /// `[stages.<stage>]`
+    RawStage, STAGE {
+        provider: Str,
+        model: Str,
+        tools: List,
+        repair_mode: Str,
+        repair_attempts: Int,
+        fallback_models: List,
+    }
+}
 
 /// The key called `name` in `fields`.
 pub(super) fn field(fields: &'static [Field], name: &str) -> Option<&'static Field> {

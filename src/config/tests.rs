@@ -496,7 +496,27 @@ fn every_validation_error_names_its_key() {
         ),
         (
             "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\nmax_tokens = 0",
-            "config key providers.x.max_tokens = 0 is out of range 1–4294967295",
+            "config key providers.x.max_tokens = 0 is too small; set it to 1 or more",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\nmax_tokens = 4294967296",
+            "config key providers.x.max_tokens = 4294967296 is too large; set it to 4294967295 or less",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\ntimeout_seconds = -5",
+            "config key providers.x.timeout_seconds = -5 is too small; set it to 1 or more",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \" \"",
+            "config key providers.x.model = \" \" must not be empty",
+        ),
+        (
+            "[providers.x]\nkind = \"exec\"\nmodel = \"m\"\ncommand = [\"a\"]\nno_tools_flag = \"\"",
+            "config key providers.x.no_tools_flag = \"\" must not be empty",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\ntemperature = nan",
+            "config key providers.x.temperature = NaN is out of range 0–2",
         ),
         (
             "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\ntemperature = 2.5",
@@ -684,6 +704,17 @@ fn errors_in_overridden_values_name_the_variable() {
             "VERDICT_PROVIDERS__LOCAL__API_KEY_ENV",
             "NOPE_KEY",
             "environment variable VERDICT_PROVIDERS__LOCAL__API_KEY_ENV: config key providers.local.api_key_env: provider `local`: environment variable NOPE_KEY is not set",
+        ),
+        // Values the worker's provider check refuses name the variable too.
+        (
+            "VERDICT_PROVIDERS__LOCAL__TIMEOUT_SECONDS",
+            "0",
+            "environment variable VERDICT_PROVIDERS__LOCAL__TIMEOUT_SECONDS: config key providers.local.timeout_seconds = 0 is too small; set it to 1 or more",
+        ),
+        (
+            "VERDICT_PROVIDERS__LOCAL__BASE_URL",
+            "ftp://x",
+            "environment variable VERDICT_PROVIDERS__LOCAL__BASE_URL: config key providers.local.base_url = \"ftp://x\" is not a usable http(s) base URL",
         ),
         // A provider created by an override is checked like any other.
         (
@@ -1049,52 +1080,4 @@ fn documented_example_parses_and_every_key_is_documented() {
         &mut missing,
     );
     assert!(missing.is_empty(), "undocumented keys: {missing:?}");
-}
-
-/// [`raw::ROOT`] and the serde structs describe the same keys.
-#[test]
-fn schema_matches_the_serde_structs() {
-    use serde::Deserialize;
-    use serde::de::{self, Visitor};
-
-    /// A deserializer that records the field names a struct asks for.
-    struct Capture(Option<&'static [&'static str]>);
-    impl<'de> de::Deserializer<'de> for &mut Capture {
-        type Error = de::value::Error;
-        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
-            Err(de::Error::custom("not a struct"))
-        }
-        fn deserialize_struct<V: Visitor<'de>>(
-            self,
-            _: &'static str,
-            fields: &'static [&'static str],
-            _: V,
-        ) -> Result<V::Value, Self::Error> {
-            self.0 = Some(fields);
-            Err(de::Error::custom("captured"))
-        }
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
-            ignored_any
-        }
-    }
-    fn fields<'de, T: Deserialize<'de>>() -> Vec<&'static str> {
-        let mut capture = Capture(None);
-        let _ = T::deserialize(&mut capture);
-        capture.0.unwrap().to_vec()
-    }
-    fn names(fields: &[Field]) -> Vec<&'static str> {
-        fields.iter().map(|f| f.name).collect()
-    }
-    assert_eq!(fields::<raw::RawConfig>(), names(raw::ROOT));
-    assert_eq!(fields::<raw::RawBroker>(), names(raw::BROKER));
-    assert_eq!(fields::<raw::RawRedis>(), names(raw::REDIS));
-    assert_eq!(fields::<raw::RawApi>(), names(raw::API));
-    assert_eq!(fields::<raw::RawScheduler>(), names(raw::SCHEDULER));
-    assert_eq!(fields::<raw::RawWorker>(), names(raw::WORKER));
-    assert_eq!(fields::<raw::RawRetry>(), names(raw::RETRY));
-    assert_eq!(fields::<raw::RawPipeline>(), names(raw::PIPELINE));
-    assert_eq!(fields::<raw::RawProvider>(), names(raw::PROVIDER));
-    assert_eq!(fields::<raw::RawStage>(), names(raw::STAGE));
 }

@@ -11,7 +11,9 @@ use toml::{Table, Value};
 use verdict_proto::Language;
 use verdict_proto::repair::{DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_RANGE, RepairMode};
 use verdict_proto::wire::{RepairPolicy, StageKind, Tool};
-use verdict_worker::provider::{ApiKeyError, ApiKeySource, ProviderKind, ProviderSettings, Secret};
+use verdict_worker::provider::{
+    ApiKeyError, ApiKeySource, ProviderBuildError, ProviderKind, ProviderSettings, Secret,
+};
 use verdict_worker::retry::RetryPolicy;
 
 use super::defaults as d;
@@ -312,7 +314,7 @@ pub(super) fn suggestion<'a>(name: &str, candidates: impl Iterator<Item = &'a st
     let prefix = |c: &str| name.len() >= 4 && (c.starts_with(name) || name.starts_with(c));
     candidates
         .filter_map(|c| {
-            let d = edit_distance(name, c);
+            let d = strsim::levenshtein(name, c);
             if d <= 2.max(c.len() / 4) {
                 Some((d, c))
             } else if prefix(c) {
@@ -324,23 +326,6 @@ pub(super) fn suggestion<'a>(name: &str, candidates: impl Iterator<Item = &'a st
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| format!(" (did you mean `{c}`?)"))
         .unwrap_or_default()
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let next = (diagonal + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
-            diagonal = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
 }
 
 /// A value fit for an error message: strings quoted, credentials redacted.
@@ -852,6 +837,10 @@ fn pipeline(raw: raw::RawPipeline, ctx: &Ctx<'_>) -> Result<PipelineConfig, Conf
     })
 }
 
+/// One `[providers.<name>]`: what the file decides — which keys apply to the provider's kind,
+/// the required ones, no credentials in `base_url`, the API key's source — while every value is
+/// checked by [`ProviderSettings::validate`], the worker's own check, whose error is reported
+/// here against the key as written (and the variable that set it).
 fn provider(
     name: &str,
     raw: RawProvider,
@@ -878,7 +867,7 @@ fn provider(
             ));
         }
     };
-    let model = ctx.text(&key("model"), raw.model)?.ok_or_else(|| {
+    let model = raw.model.ok_or_else(|| {
         ctx.err(
             &key("model"),
             None,
@@ -910,44 +899,26 @@ fn provider(
     only("no_tools_flag", raw.no_tools_flag.is_some(), false)?;
     only("tools_flag", raw.tools_flag.is_some(), false)?;
 
-    let base_url = if http {
-        let url = ctx.text(&key("base_url"), raw.base_url)?.ok_or_else(|| {
-            ctx.err(
-                &key("base_url"),
-                None,
-                "is required for this kind; set it to the API's base URL, e.g. https://api.openai.com",
-            )
-        })?;
-        if url_parts(&url).is_some_and(|p| p.userinfo) {
+    let base_url = match raw.base_url {
+        Some(url) if url_parts(&url).is_some_and(|p| p.userinfo) => {
             return Err(ctx.err(
                 &key("base_url"),
                 Some(quote(&url)),
                 "carries credentials; put the key in api_key_env or api_key_file instead",
             ));
         }
-        verdict_worker::provider::http::endpoint(&url, "x").map_err(|reason| {
-            ctx.err(
+        Some(url) => url,
+        None if http => {
+            return Err(ctx.err(
                 &key("base_url"),
-                Some(quote(&url)),
-                format!("is not a usable http(s) base URL ({reason}), e.g. https://api.openai.com"),
-            )
-        })?;
-        url
-    } else {
-        String::new()
-    };
-
-    let command = match raw.command {
-        Some(command) => {
-            if command.first().is_none_or(|p| p.trim().is_empty()) {
-                return Err(ctx.err(
-                    &key("command"),
-                    None,
-                    "must name the program to run and its arguments, e.g. [\"my-agent\", \"--print\"]",
-                ));
-            }
-            command
+                None,
+                "is required for this kind; set it to the API's base URL, e.g. https://api.openai.com",
+            ));
         }
+        None => String::new(),
+    };
+    let command = match raw.command {
+        Some(command) => command,
         None if !http => {
             return Err(ctx.err(
                 &key("command"),
@@ -957,37 +928,97 @@ fn provider(
         }
         None => Vec::new(),
     };
-    let no_tools_flag = ctx.text(&key("no_tools_flag"), raw.no_tools_flag)?;
-    let tools_flag = ctx.text(&key("tools_flag"), raw.tools_flag)?;
-    if !http && no_tools_flag.is_none() {
+    if !http && raw.no_tools_flag.is_none() {
         warnings.push(ConfigWarning {
             key: key("no_tools_flag"),
             message: "is not set: calls that must run without tools (repairs, calls after the deadline) cannot tell the agent so (SPEC E6); set it to the CLI's no-tools flag".to_owned(),
         });
     }
 
-    let key_env = ctx.text(&key("api_key_env"), raw.api_key_env)?;
-    let key_file = ctx.text(&key("api_key_file"), raw.api_key_file)?;
-    let api_key = match (key_env, key_file) {
-        (Some(_), Some(file)) => {
-            return Err(ctx.err(
-                &key("api_key_file"),
-                Some(quote(&file)),
-                format!("cannot be combined with {}; keep one", key("api_key_env")),
-            ));
+    // Numbers take the settings' types here (a negative count becomes zero, which the check
+    // refuses); whether a value is usable is for `validate` to say.
+    let timeout_seconds = raw.timeout_seconds.unwrap_or(d::PROVIDER_TIMEOUT_SECONDS);
+    let connect_timeout_seconds = raw
+        .connect_timeout_seconds
+        .unwrap_or(d::PROVIDER_CONNECT_TIMEOUT_SECONDS);
+    let seconds = |v: i64| Duration::from_secs(v.max(0).unsigned_abs());
+    let max_tokens = match raw.max_tokens {
+        Some(v) => Some(u32::try_from(v.max(0)).map_err(|_| {
+            ctx.err(
+                &key("max_tokens"),
+                Some(v.to_string()),
+                format!("is too large; set it to {} or less", u32::MAX),
+            )
+        })?),
+        None => None,
+    };
+    let mut settings = ProviderSettings {
+        name: name.to_owned(),
+        kind,
+        base_url,
+        api_key: None,
+        model,
+        timeout: seconds(timeout_seconds),
+        connect_timeout: seconds(connect_timeout_seconds),
+        max_tokens,
+        temperature: raw.temperature.map(|t| t as f32),
+        command,
+        no_tools_flag: raw.no_tools_flag,
+        tools_flag: raw.tools_flag,
+    };
+    settings.validate().map_err(|error| match error {
+        ProviderBuildError::Setting {
+            key: k, problem, ..
+        } => {
+            // The value as the operator wrote it, not as the settings hold it.
+            let written = match k {
+                "timeout_seconds" => Some(timeout_seconds.to_string()),
+                "connect_timeout_seconds" => Some(connect_timeout_seconds.to_string()),
+                "max_tokens" => raw.max_tokens.map(|v| v.to_string()),
+                "temperature" => raw.temperature.map(|t| t.to_string()),
+                "base_url" => Some(quote(&settings.base_url)),
+                "model" => Some(quote(&settings.model)),
+                "no_tools_flag" => settings.no_tools_flag.as_deref().map(quote),
+                "tools_flag" => settings.tools_flag.as_deref().map(quote),
+                _ => None,
+            };
+            ctx.err(&key(k), written, problem)
         }
+        other => ctx.err(&format!("providers.{name}"), None, other.to_string()),
+    })?;
+    settings.api_key = api_key(name, raw.api_key_env, raw.api_key_file, ctx)?;
+    Ok(settings)
+}
+
+/// A provider's API key from `api_key_env` (read from the environment given to
+/// [`Config::load`]) or `api_key_file`; neither means the provider needs none.
+fn api_key(
+    name: &str,
+    env: Option<String>,
+    file: Option<String>,
+    ctx: &Ctx<'_>,
+) -> Result<Option<Secret>, ConfigError> {
+    let key = |k: &str| format!("providers.{name}.{k}");
+    let key_env = ctx.text(&key("api_key_env"), env)?;
+    let key_file = ctx.text(&key("api_key_file"), file)?;
+    match (key_env, key_file) {
+        (Some(_), Some(file)) => Err(ctx.err(
+            &key("api_key_file"),
+            Some(quote(&file)),
+            format!("cannot be combined with {}; keep one", key("api_key_env")),
+        )),
         (Some(var), None) => match ctx.var(&var).map(str::trim) {
-            Some(v) if !v.is_empty() => Some(Secret::new(v)),
+            Some(v) if !v.is_empty() => Ok(Some(Secret::new(v))),
             _ => {
                 let k = key("api_key_env");
-                return Err(ConfigError::ApiKey {
+                Err(ConfigError::ApiKey {
                     env_var: ctx.origins.var_for(&k).map(str::to_owned),
                     key: k,
                     error: ApiKeyError::MissingEnv {
                         provider: name.to_owned(),
                         var,
                     },
-                });
+                })
             }
         },
         (None, Some(file)) => ApiKeySource::File(PathBuf::from(file))
@@ -999,50 +1030,9 @@ fn provider(
                     key: k,
                     error,
                 }
-            })?,
-        (None, None) => None,
-    };
-
-    let temperature = match raw.temperature {
-        Some(t) if !(0.0..=2.0).contains(&t) => {
-            return Err(ctx.err(
-                &key("temperature"),
-                Some(t.to_string()),
-                "is out of range 0–2; set it between 0 and 2",
-            ));
-        }
-        Some(t) => Some(t as f32),
-        None => None,
-    };
-    let max_tokens = match raw.max_tokens {
-        Some(v) => Some(ctx.num(&key("max_tokens"), Some(v), 0, 1, Some(i64::from(u32::MAX)))?),
-        None => None,
-    };
-
-    Ok(ProviderSettings {
-        name: name.to_owned(),
-        kind,
-        base_url,
-        api_key,
-        model,
-        timeout: ctx.seconds(
-            &key("timeout_seconds"),
-            raw.timeout_seconds,
-            d::PROVIDER_TIMEOUT_SECONDS,
-            1,
-        )?,
-        connect_timeout: ctx.seconds(
-            &key("connect_timeout_seconds"),
-            raw.connect_timeout_seconds,
-            d::PROVIDER_CONNECT_TIMEOUT_SECONDS,
-            1,
-        )?,
-        max_tokens,
-        temperature,
-        command,
-        no_tools_flag,
-        tools_flag,
-    })
+            }),
+        (None, None) => Ok(None),
+    }
 }
 
 fn stage(

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::build::{self, ProviderBuildError};
+use super::build::ProviderBuildError;
 use super::classify::Flavor;
 use super::http::HttpTransport;
 use super::{
@@ -61,7 +61,7 @@ impl AnthropicProvider {
             kind: ProviderKind::Anthropic,
             ..settings
         };
-        build::validate(&settings)?;
+        settings.validate()?;
         let http = HttpTransport::new(&settings, "messages", Flavor::Anthropic)?;
         Ok(AnthropicProvider { settings, http })
     }

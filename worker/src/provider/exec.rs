@@ -57,7 +57,7 @@ use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 use verdict_proto::outcome::FailureKind;
 
-use super::build::{self, ProviderBuildError};
+use super::build::ProviderBuildError;
 use super::classify::scrub;
 use super::{
     ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, ProviderKind,
@@ -91,7 +91,7 @@ impl ExecProvider {
             kind: ProviderKind::Exec,
             ..settings
         };
-        build::validate(&settings)?;
+        settings.validate()?;
         Ok(ExecProvider { settings })
     }
 

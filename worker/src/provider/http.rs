@@ -94,16 +94,8 @@ impl HttpTransport {
         path: &str,
         flavor: Flavor,
     ) -> Result<HttpTransport, ProviderBuildError> {
-        let url = endpoint(&settings.base_url, path).map_err(|reason| {
-            ProviderBuildError::setting(
-                &settings.name,
-                "base_url",
-                format!(
-                    "`{}` is not a usable http(s) base URL ({reason})",
-                    super::build::display_url(&settings.base_url)
-                ),
-            )
-        })?;
+        let url = endpoint(&settings.base_url, path)
+            .map_err(|reason| ProviderBuildError::base_url(settings, &reason))?;
         Ok(HttpTransport {
             client: http_client(settings)?,
             url,

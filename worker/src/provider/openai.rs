@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::build::{self, ProviderBuildError};
+use super::build::ProviderBuildError;
 use super::classify::Flavor;
 use super::http::HttpTransport;
 use super::{
@@ -54,7 +54,7 @@ impl OpenAiProvider {
             kind: ProviderKind::Openai,
             ..settings
         };
-        build::validate(&settings)?;
+        settings.validate()?;
         let http = HttpTransport::new(&settings, "chat/completions", Flavor::OpenAi)?;
         Ok(OpenAiProvider { settings, http })
     }
