@@ -188,3 +188,92 @@ impl TaskService for Scheduler {
         Box::pin(self.service().readiness())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use verdict_backends::store::CancelSignals as _;
+    use verdict_backends::store::memory::MemoryStore;
+    use verdict_proto::wire::EventType;
+
+    use super::*;
+    use crate::document::TaskState;
+    use crate::engine::fixture::{Fixture, REPO, Unreachable};
+    use crate::service::SubmissionOptions;
+
+    fn scheduler(fx: &Fixture) -> Scheduler {
+        Scheduler::new(fx.deps.clone(), fx.settings.clone())
+    }
+
+    fn scan() -> ScanSubmission {
+        ScanSubmission {
+            repository: REPO.to_owned(),
+            revision: "v1".to_owned(),
+            options: SubmissionOptions::default(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_submission_is_stored_announced_counted_and_taken_in() {
+        let fx = Fixture::new();
+        let scheduler = scheduler(&fx);
+
+        let submitted = scheduler.submit_scan(scan()).await.unwrap();
+        scheduler.inner.background.close();
+        scheduler.inner.background.wait().await;
+
+        let doc = scheduler.task(&submitted.id).await.unwrap();
+        assert_eq!(doc.state, TaskState::Running);
+        let kinds: Vec<EventType> = doc.events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                EventType::TaskQueued,
+                EventType::TaskStarted,
+                EventType::StageStarted
+            ]
+        );
+        let submitted = fx.metrics().submitted.with_label_values(&["scan"]);
+        assert_eq!(submitted.get(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelling_twice_is_a_conflict_and_unknown_tasks_are_not_found() {
+        let fx = Fixture::new();
+        let scheduler = scheduler(&fx);
+        let task = fx.queued_scan().await;
+
+        let doc = scheduler.cancel(&task.id).await.unwrap();
+        assert_eq!(doc.state, TaskState::Aborted);
+        assert!(fx.store.is_cancelled(&task.id).await.unwrap());
+        assert_eq!(
+            scheduler.cancel(&task.id).await.unwrap_err(),
+            ServiceError::Conflict(format!(
+                "task {} already ended (aborted); there is nothing to cancel",
+                task.id
+            ))
+        );
+        assert_eq!(
+            scheduler.events("nope", None, Duration::ZERO).await,
+            Err(ServiceError::NotFound("nope".to_owned()))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readiness_names_each_backend_that_is_down() {
+        let fx = Fixture::with_documents(Arc::new(Unreachable), Arc::new(MemoryStore::new()));
+        fx.broker.stop();
+
+        let readiness = scheduler(&fx).readiness().await;
+
+        assert!(!readiness.ready);
+        assert_eq!(
+            readiness.problems,
+            [
+                "broker not connected",
+                "state store: state store unavailable: connection refused"
+            ]
+        );
+    }
+}

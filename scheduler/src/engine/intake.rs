@@ -136,3 +136,69 @@ impl Intake {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use verdict_backends::broker::Route;
+    use verdict_proto::wire::Priority;
+
+    use super::*;
+    use crate::engine::fixture::{DIFF, Fixture, REPO};
+    use crate::task::StageStatus;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_review_starts_with_its_change_stored_in_pieces() {
+        let fx = Fixture::new();
+        fx.repositories.insert_change(REPO, "main", "feature", DIFF);
+        let task = fx.queued_review().await;
+
+        fx.parts.intake.start(&task.id).await;
+
+        let started = fx.load(&task.id).await;
+        assert_eq!(started.state, TaskState::Running);
+        assert_eq!(
+            started.repository.as_ref().unwrap().base.as_deref(),
+            Some("main")
+        );
+        assert_eq!(started.inputs.diff_files.len(), 1);
+        assert_eq!(
+            started.inputs.diffstat.as_deref(),
+            Some("src/cart.rs (+1 -0)\n")
+        );
+        assert_eq!(started.coverage.files_reviewed, vec!["src/cart.rs"]);
+        assert_eq!(
+            started.stage("summary").unwrap().status,
+            StageStatus::Dispatched
+        );
+        assert_eq!(fx.broker.depth(Route::Stages(Priority::Interactive)), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_that_cannot_be_read_ends_the_review_incomplete() {
+        let fx = Fixture::new();
+        let task = fx.queued_review().await;
+
+        fx.parts.intake.start(&task.id).await;
+
+        let ended = fx.load(&task.id).await;
+        assert_eq!(ended.state, TaskState::Incomplete);
+        let reason = ended.reason.unwrap();
+        assert!(
+            reason.starts_with("cannot read the change main..feature: "),
+            "{reason}"
+        );
+        assert!(fx.parts.records.active().await.unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_already_taken_in_is_left_alone() {
+        let fx = Fixture::new();
+        let task = fx.queued_scan().await;
+
+        fx.parts.intake.start(&task.id).await;
+        fx.parts.intake.start(&task.id).await;
+
+        assert_eq!(fx.load(&task.id).await.stages.len(), 1);
+        assert_eq!(fx.broker.depth(Route::Stages(Priority::Bulk)), 1);
+    }
+}

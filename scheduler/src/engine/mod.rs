@@ -187,3 +187,6 @@ impl Scheduler {
 fn unavailable(e: StoreError) -> ServiceError {
     ServiceError::Unavailable(e.to_string())
 }
+
+#[cfg(test)]
+mod fixture;

@@ -114,3 +114,83 @@ fn message(task_id: &str, stage: &StageRecord) -> Result<Message, WireError> {
     verdict_backends::trace::inject(&mut message.headers);
     Ok(message)
 }
+
+#[cfg(test)]
+mod tests {
+    use verdict_proto::wire::Priority;
+
+    use super::*;
+    use crate::engine::fixture::Fixture;
+    use crate::pipeline;
+
+    const BULK: Route = Route::Stages(Priority::Bulk);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_planned_stage_is_published_once_with_its_headers() {
+        let fx = Fixture::new();
+        let task = fx.started_unpublished_scan().await;
+        let stages = ["scan".to_owned()];
+
+        fx.parts.outbox.dispatch(&task.id, &stages).await;
+        fx.parts.outbox.dispatch(&task.id, &stages).await;
+
+        assert_eq!(fx.broker.depth(BULK), 1);
+        assert_eq!(
+            fx.load(&task.id).await.stage("scan").unwrap().status,
+            StageStatus::Dispatched
+        );
+        assert_eq!(
+            fx.metrics().dispatches.with_label_values(&["scan"]).get(),
+            1
+        );
+        let mut stages = fx.broker.consume(BULK, 1).await.unwrap();
+        let published = stages.next().await.unwrap().message;
+        assert_eq!(published.headers["x-verdict-task"], task.id);
+        assert_eq!(published.headers["x-verdict-stage"], "scan");
+        let request: verdict_proto::wire::StageRequest =
+            wire::decode(&published.body, usize::MAX).unwrap();
+        assert_eq!(request, task.stage("scan").unwrap().request);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_publication_leaves_the_stage_planned() {
+        let fx = Fixture::new();
+        let task = fx.started_unpublished_scan().await;
+        fx.broker.stop();
+
+        fx.parts
+            .outbox
+            .dispatch(&task.id, &["scan".to_owned()])
+            .await;
+
+        assert_eq!(
+            fx.load(&task.id).await.stage("scan").unwrap().status,
+            StageStatus::Planned
+        );
+        assert_eq!(
+            fx.metrics().dispatches.with_label_values(&["scan"]).get(),
+            0
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_published_for_an_ended_task() {
+        let fx = Fixture::new();
+        let task = fx.started_unpublished_scan().await;
+        let now = fx.now();
+        fx.parts
+            .records
+            .update(&task.id, |t| {
+                pipeline::cancel(t, "cancelled on request", now)
+            })
+            .await
+            .unwrap();
+
+        fx.parts
+            .outbox
+            .dispatch(&task.id, &["scan".to_owned()])
+            .await;
+
+        assert_eq!(fx.broker.depth(BULK), 0);
+    }
+}

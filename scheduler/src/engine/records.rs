@@ -142,3 +142,143 @@ impl TaskRecords {
         Ok((stored.version, task))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use verdict_backends::BoxFuture;
+    use verdict_backends::store::Versioned;
+    use verdict_backends::store::memory::MemoryStore;
+
+    use super::*;
+    use crate::engine::fixture::Fixture;
+
+    /// A store where another replica changes the task between this replica's read and its
+    /// first write, as two replicas applying results to one task at once do.
+    #[derive(Debug)]
+    struct Racing {
+        store: Arc<MemoryStore>,
+        raced: AtomicBool,
+    }
+
+    impl DocumentStore for Racing {
+        fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+            self.store.get(key)
+        }
+
+        fn put<'a>(
+            &'a self,
+            key: &'a str,
+            body: &'a str,
+            expected: Option<u64>,
+        ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+            Box::pin(async move {
+                if let Some(version) = expected
+                    && !self.raced.swap(true, Ordering::SeqCst)
+                {
+                    let stored = self.store.get(key).await.unwrap().unwrap();
+                    let mut theirs: TaskRecord = serde_json::from_str(&stored.body).unwrap();
+                    theirs.reason = Some("written by another replica".to_owned());
+                    let theirs = serde_json::to_string(&theirs).unwrap();
+                    self.store.put(key, &theirs, Some(version)).await.unwrap();
+                }
+                self.store.put(key, body, expected).await
+            })
+        }
+
+        fn set_add<'a>(
+            &'a self,
+            set: &'a str,
+            member: &'a str,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.store.set_add(set, member)
+        }
+
+        fn set_remove<'a>(
+            &'a self,
+            set: &'a str,
+            member: &'a str,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.store.set_remove(set, member)
+        }
+
+        fn set_members<'a>(
+            &'a self,
+            set: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+            self.store.set_members(set)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_compare_and_set_is_retried_on_the_record_that_won() {
+        let store = Arc::new(MemoryStore::new());
+        let racing = Arc::new(Racing {
+            store: store.clone(),
+            raced: AtomicBool::new(false),
+        });
+        let fx = Fixture::with_documents(racing, store);
+        let task = fx.queued_scan().await;
+
+        let updated = fx
+            .parts
+            .records
+            .update(&task.id, |t| {
+                t.triage_fallback = true;
+                Effects::default()
+            })
+            .await
+            .unwrap();
+
+        let stored = fx.load(&task.id).await;
+        assert_eq!(stored, updated.task);
+        // Both changes hold: the other replica's, and this one applied again on top of it.
+        assert_eq!(stored.reason.as_deref(), Some("written by another replica"));
+        assert!(stored.triage_fallback);
+        assert_eq!(fx.metrics().conflicts.get(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_that_changes_nothing_is_not_written() {
+        let fx = Fixture::new();
+        let task = fx.queued_scan().await;
+        let key = task_key(&task.id);
+        let before = fx.store.get(&key).await.unwrap().unwrap().version;
+
+        let updated = fx
+            .parts
+            .records
+            .update(&task.id, |_| Effects::default())
+            .await
+            .unwrap();
+
+        assert_eq!(updated.task, task);
+        assert!(!updated.was_terminal);
+        assert_eq!(fx.store.get(&key).await.unwrap().unwrap().version, before);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn created_tasks_are_active_once_and_unknown_ones_are_not_found() {
+        let fx = Fixture::new();
+        let records = &fx.parts.records;
+        let task = fx.queued_scan().await;
+        assert_eq!(records.active().await.unwrap(), vec![task.id.clone()]);
+        assert_eq!(
+            records.create(&task).await,
+            Err(ServiceError::Conflict(format!(
+                "task {} already exists",
+                task.id
+            )))
+        );
+        assert_eq!(
+            records
+                .update("nope", |_| Effects::default())
+                .await
+                .unwrap_err(),
+            ServiceError::NotFound("nope".to_owned())
+        );
+        records.retire(&task.id).await.unwrap();
+        assert!(records.active().await.unwrap().is_empty());
+    }
+}

@@ -93,3 +93,106 @@ impl Results {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use verdict_backends::broker::Route;
+    use verdict_backends::store::memory::MemoryStore;
+    use verdict_proto::outcome::{FailureKind, StageOutcome};
+    use verdict_proto::wire::{StageKind, Usage, WIRE_VERSION};
+
+    use super::*;
+    use crate::document::TaskState;
+    use crate::engine::fixture::{Fixture, Unreachable};
+
+    fn failed_scan(task_id: &str) -> Vec<u8> {
+        wire::encode(&StageResult {
+            version: WIRE_VERSION,
+            task_id: task_id.to_owned(),
+            stage_id: "scan".to_owned(),
+            stage: StageKind::Scan,
+            attempt: 1,
+            outcome: StageOutcome::ExecutionFailure {
+                kind: FailureKind::Auth,
+                retryable: false,
+                message: "HTTP 401".to_owned(),
+            },
+            usage: Usage::default(),
+            started_unix_ms: 0,
+            finished_unix_ms: 0,
+        })
+        .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_is_applied_then_acknowledged() {
+        let fx = Fixture::new();
+        let task = fx.started_unpublished_scan().await;
+        let results = Results::new(&fx.deps, &fx.settings, &fx.parts);
+
+        results
+            .handle(fx.result_delivery(failed_scan(&task.id)).await)
+            .await;
+
+        assert_eq!(fx.load(&task.id).await.state, TaskState::Incomplete);
+        let applied = fx
+            .metrics()
+            .results
+            .with_label_values(&["scan", "execution_failure"]);
+        assert_eq!(applied.get(), 1);
+        assert_eq!(fx.broker.depth(Route::Results), 0);
+        assert!(fx.broker.dead_letters().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_poison_result_is_dead_lettered_and_acknowledged() {
+        let fx = Fixture::new();
+        let results = Results::new(&fx.deps, &fx.settings, &fx.parts);
+
+        results
+            .handle(fx.result_delivery(b"not json".to_vec()).await)
+            .await;
+
+        let dead = fx.broker.dead_letters();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].0.body, b"not json");
+        assert!(dead[0].1.contains("stage result"), "{}", dead[0].1);
+        assert_eq!(
+            fx.metrics()
+                .dead_letters
+                .with_label_values(&["results"])
+                .get(),
+            1
+        );
+        assert_eq!(fx.broker.depth(Route::Results), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_for_an_unknown_task_is_dead_lettered_with_the_task_named() {
+        let fx = Fixture::new();
+        let results = Results::new(&fx.deps, &fx.settings, &fx.parts);
+
+        results
+            .handle(fx.result_delivery(failed_scan("gone")).await)
+            .await;
+
+        let dead = fx.broker.dead_letters();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].1, "stage result for unknown task gone");
+        assert_eq!(fx.broker.depth(Route::Results), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_that_cannot_be_stored_is_requeued_after_a_pause() {
+        let fx = Fixture::with_documents(Arc::new(Unreachable), Arc::new(MemoryStore::new()));
+        let results = Results::new(&fx.deps, &fx.settings, &fx.parts);
+        let delivery = fx.result_delivery(failed_scan("t1")).await;
+        let start = tokio::time::Instant::now();
+
+        results.handle(delivery).await;
+
+        assert_eq!(start.elapsed(), REQUEUE_PAUSE);
+        assert_eq!(fx.broker.depth(Route::Results), 1);
+        assert!(fx.broker.dead_letters().is_empty());
+    }
+}

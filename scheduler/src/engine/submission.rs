@@ -223,3 +223,179 @@ fn required(field: &str, value: &str) -> Result<(), ServiceError> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::IssueInput;
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    fn defaults() -> TaskDefaults {
+        TaskDefaults {
+            pipeline: PipelineSettings {
+                triage: true,
+                reviewers: 2,
+                max_diff_bytes_per_reviewer: 10_000,
+                max_diff_bytes: 100_000,
+                stages: Default::default(),
+                issue_categories: Some(vec!["bug".to_owned()]),
+            },
+            language: Language::En,
+            review_timeout: Duration::from_secs(600),
+        }
+    }
+
+    fn review() -> ReviewSubmission {
+        ReviewSubmission {
+            repository: "https://example.test/shop.git".to_owned(),
+            base: "main".to_owned(),
+            head: "feature".to_owned(),
+            pipeline: None,
+            title: Some("Coupons".to_owned()),
+            body: None,
+            options: SubmissionOptions::default(),
+        }
+    }
+
+    fn invalid(message: &str) -> Result<TaskRecord, ServiceError> {
+        Err(ServiceError::Invalid(message.to_owned()))
+    }
+
+    #[test]
+    fn a_review_gets_the_defaults_and_a_deadline() {
+        let task = defaults().review(review(), NOW).unwrap();
+        assert_eq!(task.pipeline, PipelineKind::Multi);
+        assert_eq!(task.state, TaskState::Queued);
+        assert_eq!(task.priority, Priority::Interactive);
+        assert_eq!(task.language, Language::En);
+        assert_eq!(task.settings, defaults().pipeline);
+        assert_eq!(task.deadline_unix_ms, NOW + 600_000);
+        let repo = task.repository.unwrap();
+        assert_eq!(
+            (repo.commit.as_str(), repo.base.as_deref()),
+            ("feature", Some("main"))
+        );
+        assert_eq!(task.inputs.title.as_deref(), Some("Coupons"));
+    }
+
+    #[test]
+    fn options_override_the_defaults_within_their_limits() {
+        let mut s = review();
+        s.pipeline = Some("single".to_owned());
+        s.options = SubmissionOptions {
+            language: Some("zh".to_owned()),
+            priority: Some(Priority::Bulk),
+            timeout_seconds: Some(5),
+            reviewers: Some(16),
+        };
+        let task = defaults().review(s, NOW).unwrap();
+        assert_eq!(task.pipeline, PipelineKind::Single);
+        assert_eq!(task.language, Language::ZhCn);
+        assert_eq!(task.priority, Priority::Bulk);
+        assert_eq!(task.deadline_unix_ms, NOW + 5_000);
+        assert_eq!(task.settings.reviewers, 16);
+
+        for reviewers in [0, 17] {
+            let mut s = review();
+            s.options.reviewers = Some(reviewers);
+            assert_eq!(
+                defaults().review(s, NOW),
+                invalid("options.reviewers must be between 1 and 16")
+            );
+        }
+        let mut s = review();
+        s.options.timeout_seconds = Some(0);
+        assert_eq!(
+            defaults().review(s, NOW),
+            invalid("options.timeout_seconds must be greater than 0")
+        );
+    }
+
+    #[test]
+    fn a_review_names_what_is_missing_or_unknown() {
+        let mut s = review();
+        s.base = " ".to_owned();
+        assert_eq!(
+            defaults().review(s, NOW),
+            invalid("base is required and must not be empty")
+        );
+        let mut s = review();
+        s.pipeline = Some("quick".to_owned());
+        assert_eq!(
+            defaults().review(s, NOW),
+            invalid(
+                "pipeline `quick` is unknown; use `multi` (staged review) or `single` (one agentic review)"
+            )
+        );
+    }
+
+    #[test]
+    fn an_issue_analysis_needs_a_revision_with_a_repository_and_named_categories() {
+        let submission =
+            |repository: Option<&str>, revision: Option<&str>| IssueAnalysisSubmission {
+                repository: repository.map(str::to_owned),
+                revision: revision.map(str::to_owned),
+                issue: IssueInput {
+                    number: Some(7),
+                    title: "Crash on empty cart".to_owned(),
+                    body: String::new(),
+                    labels: vec![],
+                },
+                categories: None,
+                options: SubmissionOptions::default(),
+            };
+        let task = defaults()
+            .issue_analysis(submission(None, None), NOW)
+            .unwrap();
+        assert_eq!(task.repository, None);
+        assert_eq!(task.settings.issue_categories, Some(vec!["bug".to_owned()]));
+        assert_eq!(
+            defaults().issue_analysis(submission(Some("https://example.test/shop.git"), None), NOW),
+            invalid("revision is required with repository (a commit, branch or tag)")
+        );
+        let mut s = submission(Some("https://example.test/shop.git"), Some("v2"));
+        s.categories = Some(vec!["bug".to_owned(), "feature".to_owned()]);
+        let task = defaults().issue_analysis(s, NOW).unwrap();
+        assert_eq!(task.repository.unwrap().commit, "v2");
+        assert_eq!(
+            task.settings.issue_categories,
+            Some(vec!["bug".to_owned(), "feature".to_owned()])
+        );
+        let mut s = submission(None, None);
+        s.categories = Some(vec!["bug".to_owned(), " ".to_owned()]);
+        assert_eq!(
+            defaults().issue_analysis(s, NOW),
+            invalid("categories must be non-empty names")
+        );
+    }
+
+    #[test]
+    fn a_scan_is_bulk_work() {
+        let s = ScanSubmission {
+            repository: "https://example.test/shop.git".to_owned(),
+            revision: "v1".to_owned(),
+            options: SubmissionOptions::default(),
+        };
+        let task = defaults().scan(s.clone(), NOW).unwrap();
+        assert_eq!(task.pipeline, PipelineKind::Scan);
+        assert_eq!(task.priority, Priority::Bulk);
+        let mut s = s;
+        s.revision = String::new();
+        assert_eq!(
+            defaults().scan(s, NOW),
+            invalid("revision is required and must not be empty")
+        );
+    }
+
+    #[test]
+    fn task_ids_are_distinct_uuid_v4_text() {
+        let id = new_id();
+        let groups: Vec<usize> = id.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12]);
+        assert!(id.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
+        assert_eq!(&id[14..15], "4");
+        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
+        assert_ne!(new_id(), id);
+    }
+}

@@ -105,3 +105,100 @@ impl Sweeper {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use verdict_backends::broker::Route;
+    use verdict_proto::wire::Priority;
+
+    use super::*;
+    use crate::engine::fixture::{Fixture, STALL_AFTER};
+    use crate::pipeline;
+
+    const STALL_MS: u64 = 30_000;
+
+    /// A running scan with stages in every status, planned at `planned_at` or a moment later.
+    async fn running(fx: &Fixture, planned_at: u64) -> TaskRecord {
+        let mut task = fx.started_unpublished_scan().await;
+        let template = task.stages[0].clone();
+        task.stages.clear();
+        for (id, status, at) in [
+            ("old-planned", StageStatus::Planned, planned_at),
+            ("new-planned", StageStatus::Planned, planned_at + 1),
+            ("old-dispatched", StageStatus::Dispatched, planned_at),
+            ("old-done", StageStatus::Done, planned_at),
+        ] {
+            let mut stage = template.clone();
+            stage.id = id.to_owned();
+            stage.status = status;
+            stage.planned_unix_ms = at;
+            task.stages.push(stage);
+        }
+        task
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_what_waited_longer_than_the_threshold_is_stalled() {
+        let fx = Fixture::new();
+        let queued = fx.queued_scan().await;
+        let created = queued.created_unix_ms;
+        assert_eq!(chore(&queued, created + STALL_MS, STALL_MS), Chore::Nothing);
+        assert_eq!(
+            chore(&queued, created + STALL_MS + 1, STALL_MS),
+            Chore::Restart
+        );
+
+        let task = running(&fx, 1_000).await;
+        assert_eq!(chore(&task, 1_000 + STALL_MS, STALL_MS), Chore::Nothing);
+        assert_eq!(
+            chore(&task, 1_001 + STALL_MS, STALL_MS),
+            Chore::Republish(vec!["old-planned".to_owned()])
+        );
+        assert_eq!(
+            chore(&task, 1_002 + STALL_MS, STALL_MS),
+            Chore::Republish(vec!["old-planned".to_owned(), "new-planned".to_owned()])
+        );
+
+        let mut ended = task;
+        pipeline::cancel(&mut ended, "cancelled on request", 2_000);
+        assert_eq!(chore(&ended, 2_000, STALL_MS), Chore::Retire);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sweep_takes_over_what_a_crashed_replica_left() {
+        let fx = Fixture::new();
+        let sweeper = Sweeper::new(&fx.deps, &fx.settings, &fx.parts);
+        let unpublished = fx.started_unpublished_scan().await;
+        let never_taken_in = fx.queued_scan().await;
+        let ended = fx.queued_scan().await;
+        let now = fx.now();
+        // Ended, but still listed as active (the index update after the write was lost).
+        fx.parts
+            .records
+            .update(&ended.id, |t| {
+                pipeline::cancel(t, "cancelled on request", now)
+            })
+            .await
+            .unwrap();
+
+        sweeper.sweep().await;
+        assert_eq!(fx.metrics().active.get(), 3);
+        assert_eq!(fx.broker.depth(Route::Stages(Priority::Bulk)), 0);
+
+        tokio::time::advance(STALL_AFTER + Duration::from_millis(1)).await;
+        sweeper.sweep().await;
+
+        assert_eq!(fx.metrics().active.get(), 2);
+
+        assert_eq!(fx.broker.depth(Route::Stages(Priority::Bulk)), 2);
+        for id in [&unpublished.id, &never_taken_in.id] {
+            let task = fx.load(id).await;
+            assert_eq!(task.stage("scan").unwrap().status, StageStatus::Dispatched);
+        }
+        let mut active = fx.parts.records.active().await.unwrap();
+        active.sort();
+        let mut expected = vec![unpublished.id, never_taken_in.id];
+        expected.sort();
+        assert_eq!(active, expected);
+    }
+}

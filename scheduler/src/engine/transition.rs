@@ -80,3 +80,61 @@ impl Transitions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use verdict_backends::broker::Route;
+    use verdict_proto::wire::Priority;
+
+    use super::*;
+    use crate::document::TaskState;
+    use crate::engine::fixture::Fixture;
+    use crate::pipeline;
+    use crate::task::StageStatus;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_is_stored_announced_and_its_stage_published() {
+        let fx = Fixture::new();
+        let task = fx.queued_scan().await;
+        let now = fx.now();
+
+        let returned = fx
+            .parts
+            .transitions
+            .apply(&task.id, |t| pipeline::start(t, now))
+            .await
+            .unwrap();
+
+        assert_eq!(returned.state, TaskState::Running);
+        assert_eq!(fx.store.events_of_type(EventType::TaskStarted).len(), 1);
+        assert_eq!(fx.broker.depth(Route::Stages(Priority::Bulk)), 1);
+        let stored = fx.load(&task.id).await;
+        assert_eq!(
+            stored.stage("scan").unwrap().status,
+            StageStatus::Dispatched
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ending_is_counted_and_retired_once() {
+        let fx = Fixture::new();
+        let task = fx.queued_scan().await;
+        let now = fx.now();
+        let transitions = &fx.parts.transitions;
+
+        for _ in 0..2 {
+            let ended = transitions
+                .apply(&task.id, |t| {
+                    pipeline::cancel(t, "cancelled on request", now)
+                })
+                .await
+                .unwrap();
+            assert_eq!(ended.state, TaskState::Aborted);
+        }
+
+        let finished = &fx.metrics().finished;
+        assert_eq!(finished.with_label_values(&["scan", "aborted"]).get(), 1);
+        assert!(fx.parts.records.active().await.unwrap().is_empty());
+        assert_eq!(fx.store.events_of_type(EventType::TaskFinished).len(), 1);
+    }
+}
