@@ -3,8 +3,9 @@
 //!
 //! # Layout (in the order a task flows through it)
 //! - [`service`]: the `TaskService` trait the API and CLI talk to, and the submissions.
-//! - [`engine`]: the `Scheduler` implementing it: intake, results loop, sweeper, all on the
-//!   broker and store traits.
+//! - [`engine`]: the `Scheduler` implementing it, assembled from one part per job: submission,
+//!   task records, intake, transitions, progress, the outbox, the results loop and the sweeper,
+//!   all on the broker and store traits.
 //! - [`intake`]: a review's diff cut into per-file pieces stored by hash, with coverage.
 //! - [`task`]: the task record (one versioned document per task).
 //! - [`pipeline`]: S1–S7 as a pure state machine over the record.

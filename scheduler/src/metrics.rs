@@ -3,6 +3,8 @@
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
+use crate::task::PipelineKind;
+
 #[derive(Debug, Clone)]
 pub struct SchedulerMetrics {
     /// `verdict_tasks_submitted_total{kind}`
@@ -80,5 +82,14 @@ impl SchedulerMetrics {
         registry.register(Box::new(m.dead_letters.clone()))?;
         registry.register(Box::new(m.conflicts.clone()))?;
         Ok(m)
+    }
+}
+
+/// The `kind` label of a task: both review pipelines count as `review`.
+pub fn task_kind_label(pipeline: PipelineKind) -> &'static str {
+    match pipeline {
+        PipelineKind::Multi | PipelineKind::Single => "review",
+        PipelineKind::IssueAnalysis => "issue-analysis",
+        PipelineKind::Scan => "scan",
     }
 }

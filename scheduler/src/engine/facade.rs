@@ -1,0 +1,279 @@
+//! The scheduler as the API and the CLI see it: [`TaskService`] for [`Scheduler`]. Submissions
+//! become new records that intake picks up in the background; look-ups, event streams,
+//! cancellation and readiness go to the part that owns each.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::IntCounterVec;
+use tokio_util::task::TaskTracker;
+use verdict_backends::BoxFuture;
+use verdict_backends::broker::Broker;
+use verdict_backends::clock::Clock;
+use verdict_backends::store::{CancelSignals, StoredEvent};
+
+use super::intake::Intake;
+use super::progress::Progress;
+use super::records::TaskRecords;
+use super::submission::{self, TaskDefaults};
+use super::transition::Transitions;
+use super::{Parts, Scheduler, SchedulerDeps, SchedulerSettings, unavailable};
+use crate::document::TaskDocument;
+use crate::metrics;
+use crate::pipeline;
+use crate::service::{
+    IssueAnalysisSubmission, Readiness, ReviewSubmission, ScanSubmission, ServiceError, Submitted,
+    TaskService,
+};
+use crate::task::TaskRecord;
+
+/// What the service calls use.
+#[derive(Debug)]
+pub(super) struct Service {
+    defaults: TaskDefaults,
+    records: TaskRecords,
+    progress: Progress,
+    transitions: Transitions,
+    intake: Intake,
+    cancels: Arc<dyn CancelSignals>,
+    broker: Arc<dyn Broker>,
+    clock: Arc<dyn Clock>,
+    submitted: IntCounterVec,
+    /// Where intakes run, so the scheduler can wait for them at shutdown.
+    background: TaskTracker,
+}
+
+impl Service {
+    pub fn new(
+        deps: &SchedulerDeps,
+        settings: &SchedulerSettings,
+        parts: &Parts,
+        background: &TaskTracker,
+    ) -> Service {
+        Service {
+            defaults: TaskDefaults::new(settings),
+            records: parts.records.clone(),
+            progress: parts.progress.clone(),
+            transitions: parts.transitions.clone(),
+            intake: parts.intake.clone(),
+            cancels: deps.cancels.clone(),
+            broker: deps.broker.clone(),
+            clock: deps.clock.clone(),
+            submitted: deps.metrics.submitted.clone(),
+            background: background.clone(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_unix_ms()
+    }
+
+    /// Stores a new task, opens its stream and starts its intake in the background.
+    async fn admit(&self, mut task: TaskRecord) -> Result<Submitted, ServiceError> {
+        task.created_unix_ms = self.now();
+        self.records.create(&task).await?;
+        self.submitted
+            .with_label_values(&[metrics::task_kind_label(task.pipeline)])
+            .inc();
+        self.progress
+            .append(&task.id, &[submission::queued_event(&task)])
+            .await;
+        let intake = self.intake.clone();
+        let id = task.id.clone();
+        self.background
+            .spawn(async move { intake.start(&id).await });
+        Ok(Submitted { id: task.id })
+    }
+
+    async fn document(&self, task: &TaskRecord) -> Result<TaskDocument, ServiceError> {
+        Ok(task.document(self.progress.all(&task.id).await?))
+    }
+
+    async fn task(&self, id: &str) -> Result<TaskDocument, ServiceError> {
+        let task = self.records.load(id).await?;
+        self.document(&task).await
+    }
+
+    async fn cancel(&self, id: &str) -> Result<TaskDocument, ServiceError> {
+        let current = self.records.load(id).await?;
+        if current.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "task {id} already ended ({}); there is nothing to cancel",
+                current.state.as_str()
+            )));
+        }
+        let now = self.now();
+        let task = self
+            .transitions
+            .apply(id, |t| pipeline::cancel(t, "cancelled on request", now))
+            .await?;
+        // Workers stop in-flight stages of the task.
+        self.cancels.request_cancel(id).await.map_err(unavailable)?;
+        self.document(&task).await
+    }
+
+    async fn events(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        wait: Duration,
+    ) -> Result<Vec<StoredEvent>, ServiceError> {
+        // Existence check: an unknown task is a 404, not an empty stream. The wait is the
+        // caller's: a terminal task's closing events may still be on their way (decision 45).
+        self.records.load(id).await?;
+        self.progress.after(id, after, wait).await
+    }
+
+    async fn readiness(&self) -> Readiness {
+        let mut problems = Vec::new();
+        if !self.broker.health().connected {
+            problems.push("broker not connected".to_owned());
+        }
+        if let Err(e) = self.records.probe().await {
+            problems.push(format!("state store: {e}"));
+        }
+        Readiness {
+            ready: problems.is_empty(),
+            problems,
+        }
+    }
+}
+
+impl TaskService for Scheduler {
+    fn submit_review(&self, s: ReviewSubmission) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
+        let service = self.service();
+        Box::pin(async move {
+            let task = service.defaults.review(s, service.now())?;
+            service.admit(task).await
+        })
+    }
+
+    fn submit_issue_analysis(
+        &self,
+        s: IssueAnalysisSubmission,
+    ) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
+        let service = self.service();
+        Box::pin(async move {
+            let task = service.defaults.issue_analysis(s, service.now())?;
+            service.admit(task).await
+        })
+    }
+
+    fn submit_scan(&self, s: ScanSubmission) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
+        let service = self.service();
+        Box::pin(async move {
+            let task = service.defaults.scan(s, service.now())?;
+            service.admit(task).await
+        })
+    }
+
+    fn task<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<TaskDocument, ServiceError>> {
+        Box::pin(self.service().task(id))
+    }
+
+    fn cancel<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<TaskDocument, ServiceError>> {
+        Box::pin(self.service().cancel(id))
+    }
+
+    fn events<'a>(
+        &'a self,
+        id: &'a str,
+        after: Option<&'a str>,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Vec<StoredEvent>, ServiceError>> {
+        Box::pin(self.service().events(id, after, wait))
+    }
+
+    fn readiness(&self) -> BoxFuture<'_, Readiness> {
+        Box::pin(self.service().readiness())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use verdict_backends::store::CancelSignals as _;
+    use verdict_backends::store::memory::MemoryStore;
+    use verdict_proto::wire::EventType;
+
+    use super::*;
+    use crate::document::TaskState;
+    use crate::engine::fixture::{Fixture, REPO, Unreachable};
+    use crate::service::SubmissionOptions;
+
+    fn scheduler(fx: &Fixture) -> Scheduler {
+        Scheduler::new(fx.deps.clone(), fx.settings.clone())
+    }
+
+    fn scan() -> ScanSubmission {
+        ScanSubmission {
+            repository: REPO.to_owned(),
+            revision: "v1".to_owned(),
+            options: SubmissionOptions::default(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_submission_is_stored_announced_counted_and_taken_in() {
+        let fx = Fixture::new();
+        let scheduler = scheduler(&fx);
+
+        let submitted = scheduler.submit_scan(scan()).await.unwrap();
+        scheduler.inner.background.close();
+        scheduler.inner.background.wait().await;
+
+        let doc = scheduler.task(&submitted.id).await.unwrap();
+        assert_eq!(doc.state, TaskState::Running);
+        let kinds: Vec<EventType> = doc.events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                EventType::TaskQueued,
+                EventType::TaskStarted,
+                EventType::StageStarted
+            ]
+        );
+        let submitted = fx.metrics().submitted.with_label_values(&["scan"]);
+        assert_eq!(submitted.get(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelling_twice_is_a_conflict_and_unknown_tasks_are_not_found() {
+        let fx = Fixture::new();
+        let scheduler = scheduler(&fx);
+        let task = fx.queued_scan().await;
+
+        let doc = scheduler.cancel(&task.id).await.unwrap();
+        assert_eq!(doc.state, TaskState::Aborted);
+        assert!(fx.store.is_cancelled(&task.id).await.unwrap());
+        assert_eq!(
+            scheduler.cancel(&task.id).await.unwrap_err(),
+            ServiceError::Conflict(format!(
+                "task {} already ended (aborted); there is nothing to cancel",
+                task.id
+            ))
+        );
+        assert_eq!(
+            scheduler.events("nope", None, Duration::ZERO).await,
+            Err(ServiceError::NotFound("nope".to_owned()))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readiness_names_each_backend_that_is_down() {
+        let fx = Fixture::with_documents(Arc::new(Unreachable), Arc::new(MemoryStore::new()));
+        fx.broker.stop();
+
+        let readiness = scheduler(&fx).readiness().await;
+
+        assert!(!readiness.ready);
+        assert_eq!(
+            readiness.problems,
+            [
+                "broker not connected",
+                "state store: state store unavailable: connection refused"
+            ]
+        );
+    }
+}

@@ -1,0 +1,189 @@
+//! The engine's parts on the in-memory backends, for their unit tests: a memory broker, store and
+//! repository source, and a clock on tokio's time, so tests that wait run on paused time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use verdict_backends::BoxFuture;
+use verdict_backends::broker::memory::MemoryBroker;
+use verdict_backends::broker::{Broker, Delivery, Message, Route};
+use verdict_backends::clock::TokioClock;
+use verdict_backends::repo::MemoryRepositorySource;
+use verdict_backends::store::memory::MemoryStore;
+use verdict_backends::store::{DocumentStore, StoreError, Versioned};
+use verdict_proto::Language;
+
+use super::submission::TaskDefaults;
+use super::{Parts, SchedulerDeps, SchedulerSettings};
+use crate::metrics::SchedulerMetrics;
+use crate::pipeline::{self, PipelineSettings};
+use crate::service::{ReviewSubmission, ScanSubmission, SubmissionOptions};
+use crate::task::TaskRecord;
+
+pub(super) const REPO: &str = "https://example.test/shop.git";
+pub(super) const STALL_AFTER: Duration = Duration::from_secs(30);
+
+/// One file changed by one added line.
+pub(super) const DIFF: &str = "diff --git a/src/cart.rs b/src/cart.rs\n--- a/src/cart.rs\n+++ b/src/cart.rs\n@@ -1,2 +1,3 @@\n fn total() {\n+    apply_coupon();\n }\n";
+
+pub(super) struct Fixture {
+    pub broker: Arc<MemoryBroker>,
+    pub store: Arc<MemoryStore>,
+    pub repositories: Arc<MemoryRepositorySource>,
+    pub deps: SchedulerDeps,
+    pub settings: SchedulerSettings,
+    pub parts: Parts,
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        let store = Arc::new(MemoryStore::new());
+        Fixture::with_documents(store.clone(), store)
+    }
+
+    /// Task records kept in `documents`; everything else in `store`.
+    pub fn with_documents(documents: Arc<dyn DocumentStore>, store: Arc<MemoryStore>) -> Fixture {
+        let broker = Arc::new(MemoryBroker::new());
+        let repositories = Arc::new(MemoryRepositorySource::new());
+        let metrics = SchedulerMetrics::register(&prometheus::Registry::new()).unwrap();
+        let deps = SchedulerDeps {
+            broker: broker.clone(),
+            documents,
+            events: store.clone(),
+            cancels: store.clone(),
+            inputs: store.clone(),
+            repositories: repositories.clone(),
+            clock: Arc::new(TokioClock::new()),
+            metrics,
+        };
+        let settings = SchedulerSettings {
+            pipeline: PipelineSettings {
+                triage: false,
+                reviewers: 1,
+                max_diff_bytes_per_reviewer: 10_000,
+                max_diff_bytes: 100_000,
+                stages: Default::default(),
+                issue_categories: None,
+            },
+            review_timeout: Duration::from_secs(600),
+            language: Language::En,
+            message_max_bytes: 1 << 20,
+            sweep_interval: Duration::from_secs(10),
+            stall_after: STALL_AFTER,
+        };
+        Fixture {
+            parts: Parts::assemble(&deps),
+            broker,
+            store,
+            repositories,
+            deps,
+            settings,
+        }
+    }
+
+    pub fn now(&self) -> u64 {
+        self.deps.clock.now_unix_ms()
+    }
+
+    pub fn metrics(&self) -> &SchedulerMetrics {
+        &self.deps.metrics
+    }
+
+    /// A scan of [`REPO`] as submitted: stored, queued, not yet taken in.
+    pub async fn queued_scan(&self) -> TaskRecord {
+        let submission = ScanSubmission {
+            repository: REPO.to_owned(),
+            revision: "v1".to_owned(),
+            options: SubmissionOptions::default(),
+        };
+        let task = TaskDefaults::new(&self.settings)
+            .scan(submission, self.now())
+            .unwrap();
+        self.parts.records.create(&task).await.unwrap();
+        task
+    }
+
+    /// A review of [`REPO`] from `main` to `feature` as submitted: stored, queued.
+    pub async fn queued_review(&self) -> TaskRecord {
+        let submission = ReviewSubmission {
+            repository: REPO.to_owned(),
+            base: "main".to_owned(),
+            head: "feature".to_owned(),
+            pipeline: None,
+            title: Some("Coupons".to_owned()),
+            body: None,
+            options: SubmissionOptions::default(),
+        };
+        let task = TaskDefaults::new(&self.settings)
+            .review(submission, self.now())
+            .unwrap();
+        self.parts.records.create(&task).await.unwrap();
+        task
+    }
+
+    /// A scan started by a replica that crashed before publishing: its stage is `planned`.
+    pub async fn started_unpublished_scan(&self) -> TaskRecord {
+        let task = self.queued_scan().await;
+        let now = self.now();
+        self.parts
+            .records
+            .update(&task.id, |t| pipeline::start(t, now))
+            .await
+            .unwrap()
+            .task
+    }
+
+    pub async fn load(&self, id: &str) -> TaskRecord {
+        self.parts.records.load(id).await.unwrap()
+    }
+
+    /// `body` published on the results queue and taken off it again. A delivery dropped without
+    /// being settled goes back on the queue, so the queue's depth afterwards tells whether the
+    /// code under test settled it.
+    pub async fn result_delivery(&self, body: Vec<u8>) -> Delivery {
+        let message = Message {
+            body,
+            headers: Default::default(),
+        };
+        self.broker.publish(Route::Results, &message).await.unwrap();
+        let mut results = self.broker.consume(Route::Results, 1).await.unwrap();
+        results.next().await.unwrap()
+    }
+}
+
+/// A document store that is down.
+#[derive(Debug)]
+pub(super) struct Unreachable;
+
+impl Unreachable {
+    fn down<T>() -> Result<T, StoreError> {
+        Err(StoreError::Unavailable("connection refused".to_owned()))
+    }
+}
+
+impl DocumentStore for Unreachable {
+    fn get<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+        Box::pin(async { Unreachable::down() })
+    }
+
+    fn put<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: Option<u64>,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(async { Unreachable::down() })
+    }
+
+    fn set_add<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Unreachable::down() })
+    }
+
+    fn set_remove<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Unreachable::down() })
+    }
+
+    fn set_members<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async { Unreachable::down() })
+    }
+}

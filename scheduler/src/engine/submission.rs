@@ -1,0 +1,401 @@
+//! Submissions validated into new task records, without I/O: required fields, the pipeline name,
+//! per-task overrides checked against their limits, and the configured defaults filled in. Every
+//! rejection names the field and the fix.
+
+use std::time::Duration;
+
+use rand::RngExt;
+use verdict_proto::Language;
+use verdict_proto::wire::{EventType, Priority, RepositoryRef};
+
+use super::SchedulerSettings;
+use crate::document::TaskState;
+use crate::pipeline::{self, Draft, PipelineSettings};
+use crate::service::{
+    IssueAnalysisSubmission, ReviewSubmission, ScanSubmission, ServiceError, SubmissionOptions,
+};
+use crate::task::{PipelineKind, TaskInputs, TaskRecord};
+
+/// The configured defaults a submission may override.
+#[derive(Debug, Clone)]
+pub(super) struct TaskDefaults {
+    /// Copied into every task (a configuration snapshot).
+    pipeline: PipelineSettings,
+    language: Language,
+    review_timeout: Duration,
+}
+
+/// What a submission decides before the options and defaults are applied.
+struct Shape {
+    pipeline: PipelineKind,
+    repository: Option<RepositoryRef>,
+    inputs: TaskInputs,
+    /// The priority unless the options name one.
+    priority: Priority,
+}
+
+impl TaskDefaults {
+    pub fn new(settings: &SchedulerSettings) -> TaskDefaults {
+        TaskDefaults {
+            pipeline: settings.pipeline.clone(),
+            language: settings.language,
+            review_timeout: settings.review_timeout,
+        }
+    }
+
+    /// A review task (S1 or S2) submitted at `now`.
+    pub fn review(&self, s: ReviewSubmission, now: u64) -> Result<TaskRecord, ServiceError> {
+        required("repository", &s.repository)?;
+        required("base", &s.base)?;
+        required("head", &s.head)?;
+        let pipeline = match s.pipeline.as_deref() {
+            None | Some("multi") => PipelineKind::Multi,
+            Some("single") => PipelineKind::Single,
+            Some(other) => {
+                return Err(ServiceError::Invalid(format!(
+                    "pipeline `{other}` is unknown; use `multi` (staged review) or `single` (one agentic review)"
+                )));
+            }
+        };
+        let shape = Shape {
+            pipeline,
+            repository: Some(RepositoryRef {
+                url: s.repository,
+                commit: s.head,
+                base: Some(s.base),
+            }),
+            inputs: TaskInputs {
+                title: s.title,
+                body: s.body,
+                ..TaskInputs::default()
+            },
+            priority: Priority::Interactive,
+        };
+        self.record(shape, &s.options, now)
+    }
+
+    /// An issue analysis task (S3) submitted at `now`.
+    pub fn issue_analysis(
+        &self,
+        s: IssueAnalysisSubmission,
+        now: u64,
+    ) -> Result<TaskRecord, ServiceError> {
+        required("issue.title", &s.issue.title)?;
+        let repository = s.repository.map(|url| RepositoryRef {
+            url,
+            commit: s.revision.clone().unwrap_or_else(|| "HEAD".to_owned()),
+            base: None,
+        });
+        if let Some(r) = &repository
+            && r.commit == "HEAD"
+        {
+            return Err(ServiceError::Invalid(
+                "revision is required with repository (a commit, branch or tag)".into(),
+            ));
+        }
+        let shape = Shape {
+            pipeline: PipelineKind::IssueAnalysis,
+            repository,
+            inputs: TaskInputs {
+                issue: Some(s.issue),
+                ..TaskInputs::default()
+            },
+            priority: Priority::Interactive,
+        };
+        let mut task = self.record(shape, &s.options, now)?;
+        if let Some(c) = s.categories {
+            if c.is_empty() || c.iter().any(|x| x.trim().is_empty()) {
+                return Err(ServiceError::Invalid(
+                    "categories must be non-empty names".into(),
+                ));
+            }
+            task.settings.issue_categories = Some(c);
+        }
+        Ok(task)
+    }
+
+    /// A repository scan task (S4) submitted at `now`.
+    pub fn scan(&self, s: ScanSubmission, now: u64) -> Result<TaskRecord, ServiceError> {
+        required("repository", &s.repository)?;
+        required("revision", &s.revision)?;
+        let shape = Shape {
+            pipeline: PipelineKind::Scan,
+            repository: Some(RepositoryRef {
+                url: s.repository,
+                commit: s.revision,
+                base: None,
+            }),
+            inputs: TaskInputs::default(),
+            priority: Priority::Bulk,
+        };
+        self.record(shape, &s.options, now)
+    }
+
+    /// A new queued record of `shape` with `options` applied over the defaults.
+    fn record(
+        &self,
+        shape: Shape,
+        options: &SubmissionOptions,
+        now: u64,
+    ) -> Result<TaskRecord, ServiceError> {
+        let language = match options.language.as_deref() {
+            Some(l) => Language::normalise(l),
+            None => self.language,
+        };
+        let timeout = options
+            .timeout_seconds
+            .map(Duration::from_secs)
+            .unwrap_or(self.review_timeout);
+        if timeout.is_zero() {
+            return Err(ServiceError::Invalid(
+                "options.timeout_seconds must be greater than 0".into(),
+            ));
+        }
+        let mut settings = self.pipeline.clone();
+        if let Some(n) = options.reviewers {
+            if n == 0 || usize::from(n) > pipeline::MAX_REVIEWERS {
+                return Err(ServiceError::Invalid(format!(
+                    "options.reviewers must be between 1 and {}",
+                    pipeline::MAX_REVIEWERS
+                )));
+            }
+            settings.reviewers = n;
+        }
+        Ok(TaskRecord {
+            id: new_id(),
+            pipeline: shape.pipeline,
+            state: TaskState::Queued,
+            reason: None,
+            language,
+            priority: options.priority.unwrap_or(shape.priority),
+            repository: shape.repository,
+            inputs: shape.inputs,
+            settings,
+            stages: Vec::new(),
+            result: None,
+            coverage: Default::default(),
+            created_unix_ms: now,
+            started_unix_ms: None,
+            finished_unix_ms: None,
+            deadline_unix_ms: now
+                .saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+            triage_fallback: false,
+        })
+    }
+}
+
+/// The event that opens every task's stream.
+pub(super) fn queued_event(task: &TaskRecord) -> Draft {
+    Draft {
+        kind: EventType::TaskQueued,
+        stage_id: None,
+        message: task
+            .language
+            .pick("Task queued.", "任务已排队。")
+            .to_owned(),
+        data: serde_json::json!({"pipeline": task.pipeline.as_str()}),
+    }
+}
+
+/// A random task id (UUID v4 text form).
+pub fn new_id() -> String {
+    let b: [u8; 16] = rand::rng().random();
+    let mut b = b;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+fn required(field: &str, value: &str) -> Result<(), ServiceError> {
+    if value.trim().is_empty() {
+        Err(ServiceError::Invalid(format!(
+            "{field} is required and must not be empty"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::IssueInput;
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    fn defaults() -> TaskDefaults {
+        TaskDefaults {
+            pipeline: PipelineSettings {
+                triage: true,
+                reviewers: 2,
+                max_diff_bytes_per_reviewer: 10_000,
+                max_diff_bytes: 100_000,
+                stages: Default::default(),
+                issue_categories: Some(vec!["bug".to_owned()]),
+            },
+            language: Language::En,
+            review_timeout: Duration::from_secs(600),
+        }
+    }
+
+    fn review() -> ReviewSubmission {
+        ReviewSubmission {
+            repository: "https://example.test/shop.git".to_owned(),
+            base: "main".to_owned(),
+            head: "feature".to_owned(),
+            pipeline: None,
+            title: Some("Coupons".to_owned()),
+            body: None,
+            options: SubmissionOptions::default(),
+        }
+    }
+
+    fn invalid(message: &str) -> Result<TaskRecord, ServiceError> {
+        Err(ServiceError::Invalid(message.to_owned()))
+    }
+
+    #[test]
+    fn a_review_gets_the_defaults_and_a_deadline() {
+        let task = defaults().review(review(), NOW).unwrap();
+        assert_eq!(task.pipeline, PipelineKind::Multi);
+        assert_eq!(task.state, TaskState::Queued);
+        assert_eq!(task.priority, Priority::Interactive);
+        assert_eq!(task.language, Language::En);
+        assert_eq!(task.settings, defaults().pipeline);
+        assert_eq!(task.deadline_unix_ms, NOW + 600_000);
+        let repo = task.repository.unwrap();
+        assert_eq!(
+            (repo.commit.as_str(), repo.base.as_deref()),
+            ("feature", Some("main"))
+        );
+        assert_eq!(task.inputs.title.as_deref(), Some("Coupons"));
+    }
+
+    #[test]
+    fn options_override_the_defaults_within_their_limits() {
+        let mut s = review();
+        s.pipeline = Some("single".to_owned());
+        s.options = SubmissionOptions {
+            language: Some("zh".to_owned()),
+            priority: Some(Priority::Bulk),
+            timeout_seconds: Some(5),
+            reviewers: Some(16),
+        };
+        let task = defaults().review(s, NOW).unwrap();
+        assert_eq!(task.pipeline, PipelineKind::Single);
+        assert_eq!(task.language, Language::ZhCn);
+        assert_eq!(task.priority, Priority::Bulk);
+        assert_eq!(task.deadline_unix_ms, NOW + 5_000);
+        assert_eq!(task.settings.reviewers, 16);
+
+        for reviewers in [0, 17] {
+            let mut s = review();
+            s.options.reviewers = Some(reviewers);
+            assert_eq!(
+                defaults().review(s, NOW),
+                invalid("options.reviewers must be between 1 and 16")
+            );
+        }
+        let mut s = review();
+        s.options.timeout_seconds = Some(0);
+        assert_eq!(
+            defaults().review(s, NOW),
+            invalid("options.timeout_seconds must be greater than 0")
+        );
+    }
+
+    #[test]
+    fn a_review_names_what_is_missing_or_unknown() {
+        let mut s = review();
+        s.base = " ".to_owned();
+        assert_eq!(
+            defaults().review(s, NOW),
+            invalid("base is required and must not be empty")
+        );
+        let mut s = review();
+        s.pipeline = Some("quick".to_owned());
+        assert_eq!(
+            defaults().review(s, NOW),
+            invalid(
+                "pipeline `quick` is unknown; use `multi` (staged review) or `single` (one agentic review)"
+            )
+        );
+    }
+
+    #[test]
+    fn an_issue_analysis_needs_a_revision_with_a_repository_and_named_categories() {
+        let submission =
+            |repository: Option<&str>, revision: Option<&str>| IssueAnalysisSubmission {
+                repository: repository.map(str::to_owned),
+                revision: revision.map(str::to_owned),
+                issue: IssueInput {
+                    number: Some(7),
+                    title: "Crash on empty cart".to_owned(),
+                    body: String::new(),
+                    labels: vec![],
+                },
+                categories: None,
+                options: SubmissionOptions::default(),
+            };
+        let task = defaults()
+            .issue_analysis(submission(None, None), NOW)
+            .unwrap();
+        assert_eq!(task.repository, None);
+        assert_eq!(task.settings.issue_categories, Some(vec!["bug".to_owned()]));
+        assert_eq!(
+            defaults().issue_analysis(submission(Some("https://example.test/shop.git"), None), NOW),
+            invalid("revision is required with repository (a commit, branch or tag)")
+        );
+        let mut s = submission(Some("https://example.test/shop.git"), Some("v2"));
+        s.categories = Some(vec!["bug".to_owned(), "feature".to_owned()]);
+        let task = defaults().issue_analysis(s, NOW).unwrap();
+        assert_eq!(task.repository.unwrap().commit, "v2");
+        assert_eq!(
+            task.settings.issue_categories,
+            Some(vec!["bug".to_owned(), "feature".to_owned()])
+        );
+        let mut s = submission(None, None);
+        s.categories = Some(vec!["bug".to_owned(), " ".to_owned()]);
+        assert_eq!(
+            defaults().issue_analysis(s, NOW),
+            invalid("categories must be non-empty names")
+        );
+    }
+
+    #[test]
+    fn a_scan_is_bulk_work() {
+        let s = ScanSubmission {
+            repository: "https://example.test/shop.git".to_owned(),
+            revision: "v1".to_owned(),
+            options: SubmissionOptions::default(),
+        };
+        let task = defaults().scan(s.clone(), NOW).unwrap();
+        assert_eq!(task.pipeline, PipelineKind::Scan);
+        assert_eq!(task.priority, Priority::Bulk);
+        let mut s = s;
+        s.revision = String::new();
+        assert_eq!(
+            defaults().scan(s, NOW),
+            invalid("revision is required and must not be empty")
+        );
+    }
+
+    #[test]
+    fn task_ids_are_distinct_uuid_v4_text() {
+        let id = new_id();
+        let groups: Vec<usize> = id.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12]);
+        assert!(id.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
+        assert_eq!(&id[14..15], "4");
+        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
+        assert_ne!(new_id(), id);
+    }
+}
