@@ -6,7 +6,7 @@
 //! - [`engine`]: the `Scheduler` implementing it, assembled from one part per job: submission,
 //!   task records, intake, transitions, progress, the outbox, the results loop and the sweeper,
 //!   all on the broker and store traits.
-//! - [`intake`]: a review's diff cut into per-file pieces stored by hash, with coverage.
+//! - [`diff_pieces`]: a review's diff cut into per-file pieces stored by hash, with coverage.
 //! - [`task`]: the task record (one versioned document per task).
 //! - [`pipeline`]: S1–S7 as a pure state machine over the record.
 //! - [`result`]: result models and the multi-stage result policy.
@@ -18,9 +18,9 @@
 
 pub mod api;
 pub mod client;
+pub mod diff_pieces;
 pub mod document;
 pub mod engine;
-pub mod intake;
 pub mod metrics;
 pub mod milestone;
 pub mod pipeline;

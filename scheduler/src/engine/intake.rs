@@ -1,6 +1,6 @@
 //! Intake: a queued task's inputs prepared, then the task started. For a review that is reading
 //! the change through the repository source and storing its diff in per-file pieces
-//! ([`crate::intake`]); issue analyses and scans start with the repository as given. A task that
+//! ([`crate::diff_pieces`]); issue analyses and scans start with the repository as given. A task that
 //! cannot be prepared ends `incomplete` with the reason.
 
 use std::sync::Arc;
@@ -14,8 +14,8 @@ use verdict_proto::wire::RepositoryRef;
 use super::SchedulerDeps;
 use super::records::TaskRecords;
 use super::transition::Transitions;
+use crate::diff_pieces::{self, PreparedDiff};
 use crate::document::TaskState;
-use crate::intake::{self, PreparedDiff};
 use crate::pipeline;
 use crate::task::{PipelineKind, TaskRecord};
 
@@ -119,7 +119,7 @@ impl Intake {
             .change(&repo.url, &base, &repo.commit, &cancel)
             .await
             .map_err(|e| format!("cannot read the change {base}..{}: {e}", repo.commit))?;
-        let diff = intake::prepare(
+        let diff = diff_pieces::prepare(
             self.inputs.as_ref(),
             &change.diff,
             task.settings.max_diff_bytes,
