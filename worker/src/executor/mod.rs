@@ -5,11 +5,20 @@
 //! repairs it within the budget, and classifies what happened. Queues are not its business: the
 //! AMQP consumer and `verdict dev` both call it the same way.
 //!
-//! - [`attempt`]: the state of one attempt and its AI calls (journal, retries, metrics, transcript).
+//! An attempt is two values passed side by side, never one object: the
+//! [`context::CallContext`] (backends, settings, request, cancellation, provider route, snapshot
+//! and tools: what calls need) and the [`conversation::Conversation`] (messages, deadline,
+//! boundary token, usage, transcript: what has been said). Each step below is a function of the
+//! two.
+//!
+//! - [`call`]: one AI call (journal, provider with retries and fallback models, metrics,
+//!   transcript entry).
 //! - [`turns`]: the conversation and tool loop under the soft deadline (E1, E2).
-//! - [`repair`]: the repair rounds and the consistency check (E3).
+//! - [`repair`]: the repair rounds, the consistency check and the classification (E3, E4).
 
-mod attempt;
+mod call;
+mod context;
+mod conversation;
 mod repair;
 mod turns;
 
@@ -23,6 +32,7 @@ use tracing::Instrument;
 use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::wire::{StageKind, StageRequest, StageResult, Usage, WIRE_VERSION};
 
+use crate::deadline::SoftDeadline;
 use crate::metrics::WorkerMetrics;
 use crate::prompt;
 use crate::provider::{Provider, ProviderKind};
@@ -33,7 +43,9 @@ use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::{EventSink, InputStore, ResponseJournal, TranscriptStore};
 use verdict_proto::transcript::Transcript;
 
-use attempt::{Attempt, Failure};
+use call::{Failure, Route};
+use context::CallContext;
+use conversation::Conversation;
 
 /// The configured providers by name, and the one used when a stage names none.
 #[derive(Clone, Default)]
@@ -322,11 +334,22 @@ impl StageExecutor {
             .cloned()
             .unwrap_or_default();
 
-        let mut attempt = Attempt::new(
-            self, request, cancel, provider, model, fallbacks, snapshot, toolbox, messages,
-            boundary, transcript,
-        );
-        let (outcome, requeue_after) = match attempt.run().await {
+        let mut ctx = CallContext {
+            deps: &self.deps,
+            settings: &self.settings,
+            request,
+            cancel,
+            route: Route::new(provider, model, fallbacks, &self.settings.retry),
+            snapshot,
+            toolbox,
+        };
+        let deadline = SoftDeadline::new(request.deadline_unix_ms);
+        let mut conv = Conversation::new(messages, boundary, deadline, transcript);
+        let judged = match turns::converse(&mut ctx, &mut conv).await {
+            Ok(answer) => repair::judge(&mut ctx, &mut conv, answer).await,
+            Err(failure) => Err(failure),
+        };
+        let (outcome, requeue_after) = match judged {
             Ok(outcome) => (outcome, None),
             Err(Failure {
                 error,
@@ -336,7 +359,7 @@ impl StageExecutor {
                 requeue_after,
             ),
         };
-        let usage = attempt.usage();
+        let usage = conv.usage();
         (outcome, requeue_after, usage)
     }
 }

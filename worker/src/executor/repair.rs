@@ -1,260 +1,254 @@
 //! Holding the answer to its protocol, and the repair rounds when it breaks it (SPEC E3): the
 //! specific error injected each round, no tools, temperature 0, every round observable, and a
-//! consistency check after a successful repair.
+//! consistency check after a successful repair. Ends in the attempt's classified outcome (E4).
 
 use tracing::Instrument;
 use verdict_proto::outcome::StageOutcome;
 use verdict_proto::redact::safe_preview;
 use verdict_proto::repair::{self, MAX_ATTEMPTS_RANGE, RepairMode};
+use verdict_proto::transcript::TranscriptEntry;
 use verdict_proto::wire::{EventType, PROTOCOL_REPAIR_CHANNEL};
 use verdict_proto::{Diagnostics, ProtocolFamily, ProtocolId, validate};
 
-use super::attempt::{Attempt, Failure};
+use super::call::{Call, Failure, ai_call};
+use super::context::CallContext;
+use super::conversation::Conversation;
+use super::turns::finalise_if_due;
 use crate::prompt;
 use crate::provider::{ChatResponse, Message};
-use verdict_proto::transcript::{CallPurpose, TranscriptEntry};
 
 /// Diagnostics quoted in events and outcomes are bounded; the full list stays in the transcript.
 const ERROR_CHARS: usize = 2_000;
 
-impl Attempt<'_> {
-    /// Parses the final answer; repairs it when invalid; classifies the result.
-    pub(super) async fn judge(&mut self, answer: ChatResponse) -> Result<StageOutcome, Failure> {
-        let protocol = self.request.protocol;
-        let original = answer.content;
-        let mut diagnostics = match validate(protocol, &self.request.validate, &original) {
+/// Which repair round this is, of how many, in which mode.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    number: u8,
+    max: u8,
+    mode: RepairMode,
+}
+
+/// Parses the final answer; repairs it when invalid; classifies the result.
+pub(super) async fn judge(
+    ctx: &mut CallContext<'_>,
+    conv: &mut Conversation<'_>,
+    answer: ChatResponse,
+) -> Result<StageOutcome, Failure> {
+    let request = ctx.request;
+    let protocol = request.protocol;
+    let original = answer.content;
+    let mut diagnostics = match validate(protocol, &request.validate, &original) {
+        Ok(value) => {
+            return Ok(StageOutcome::Ok {
+                value,
+                repaired: false,
+                attempts: 1,
+            });
+        }
+        Err(d) => d,
+    };
+    let max = request
+        .repair
+        .max_attempts
+        .clamp(*MAX_ATTEMPTS_RANGE.start(), *MAX_ATTEMPTS_RANGE.end());
+    let mode = request.repair.mode;
+    let mut last = original.clone();
+    for number in 1..=max {
+        let round = Round { number, max, mode };
+        let span = tracing::info_span!(
+            "repair_round",
+            attempt = number,
+            max,
+            mode = mode_name(mode),
+            outcome = tracing::field::Empty
+        );
+        let result = repair_call(ctx, conv, round, &last, &diagnostics)
+            .instrument(span.clone())
+            .await;
+        let response = match result {
+            Ok(r) => r,
+            Err(failure) => {
+                span.record("outcome", "execution_failure");
+                round_done(ctx, conv, round, &diagnostics, None, "execution_failure").await;
+                return Err(failure);
+            }
+        };
+        match validate(protocol, &request.validate, &response.content) {
             Ok(value) => {
+                span.record("outcome", "repaired");
+                round_done(ctx, conv, round, &diagnostics, None, "repaired").await;
+                check_consistency(ctx, conv, protocol, &original, &value).await;
                 return Ok(StageOutcome::Ok {
                     value,
-                    repaired: false,
-                    attempts: 1,
+                    repaired: true,
+                    attempts: 1 + u32::from(number),
                 });
             }
-            Err(d) => d,
-        };
-        let max = self
-            .request
-            .repair
-            .max_attempts
-            .clamp(*MAX_ATTEMPTS_RANGE.start(), *MAX_ATTEMPTS_RANGE.end());
-        let mode = self.request.repair.mode;
-        let mut last = original.clone();
-        for round in 1..=max {
-            let span = tracing::info_span!(
-                "repair_round",
-                attempt = round,
-                max,
-                mode = mode_name(mode),
-                outcome = tracing::field::Empty
+            Err(remaining) => {
+                span.record("outcome", "invalid");
+                round_done(ctx, conv, round, &diagnostics, Some(&remaining), "invalid").await;
+                diagnostics = remaining;
+                last = response.content;
+            }
+        }
+    }
+    Ok(StageOutcome::InvalidOutput {
+        stage: request.stage.as_str().to_owned(),
+        error: bounded(&diagnostics.to_string()),
+        diagnostics,
+        preview: safe_preview(&last, ctx.settings.preview_chars),
+        attempts: 1 + u32::from(max),
+    })
+}
+
+/// One repair call: no tools, temperature 0, in the configured mode.
+async fn repair_call(
+    ctx: &mut CallContext<'_>,
+    conv: &mut Conversation<'_>,
+    round: Round,
+    invalid: &str,
+    diagnostics: &Diagnostics,
+) -> Result<ChatResponse, Failure> {
+    let protocol = ctx.request.protocol;
+    let language = ctx.request.language;
+    match round.mode {
+        RepairMode::Conversation => {
+            // The whole dialogue so far stays, so the model reformats the conclusions it already
+            // reached; after the deadline the finalise message is in it too.
+            finalise_if_due(ctx, conv).await;
+            conv.push(Message::user(repair::conversation_message(
+                protocol,
+                language,
+                diagnostics,
+                round.number,
+                round.max,
+            )));
+            let response = ai_call(ctx, conv, Call::ConversationRepair).await?;
+            // Only the text is kept: tool calls in a repair answer are never run, and a dangling
+            // call would make the next request ill-formed.
+            conv.push(Message::assistant(response.content.clone(), Vec::new()));
+            Ok(response)
+        }
+        RepairMode::Isolated => {
+            // Only the contract, the invalid response (fenced behind a fresh token) and the
+            // error: no task, no repository, no snapshot path, no tools.
+            let boundary = prompt::new_boundary();
+            let contract = prompt::contract_for(ctx.request);
+            let p = repair::isolated_prompt(
+                protocol,
+                language,
+                &contract,
+                invalid,
+                diagnostics,
+                &boundary,
             );
-            let result = self
-                .repair_call(mode, round, max, &last, &diagnostics)
-                .instrument(span.clone())
-                .await;
-            let response = match result {
-                Ok(r) => r,
-                Err(failure) => {
-                    span.record("outcome", "execution_failure");
-                    self.round_done(round, max, mode, &diagnostics, None, "execution_failure")
-                        .await;
-                    return Err(failure);
-                }
-            };
-            match validate(protocol, &self.request.validate, &response.content) {
-                Ok(value) => {
-                    span.record("outcome", "repaired");
-                    self.round_done(round, max, mode, &diagnostics, None, "repaired")
-                        .await;
-                    self.check_consistency(protocol, &original, &value).await;
-                    return Ok(StageOutcome::Ok {
-                        value,
-                        repaired: true,
-                        attempts: 1 + u32::from(round),
-                    });
-                }
-                Err(remaining) => {
-                    span.record("outcome", "invalid");
-                    self.round_done(round, max, mode, &diagnostics, Some(&remaining), "invalid")
-                        .await;
-                    diagnostics = remaining;
-                    last = response.content;
-                }
-            }
+            let messages = vec![Message::system(p.system), Message::user(p.user)];
+            ai_call(ctx, conv, Call::IsolatedRepair { messages, boundary }).await
         }
-        Ok(StageOutcome::InvalidOutput {
-            stage: self.request.stage.as_str().to_owned(),
-            error: bounded(&diagnostics.to_string()),
-            diagnostics,
-            preview: safe_preview(&last, self.exec.settings.preview_chars),
-            attempts: 1 + u32::from(max),
-        })
     }
+}
 
-    /// One repair call: no tools, temperature 0, in the configured mode.
-    async fn repair_call(
-        &mut self,
-        mode: RepairMode,
-        round: u8,
-        max: u8,
-        invalid: &str,
-        diagnostics: &Diagnostics,
-    ) -> Result<ChatResponse, Failure> {
-        let protocol = self.request.protocol;
-        let language = self.request.language;
-        match mode {
-            RepairMode::Conversation => {
-                // The whole dialogue so far stays, so the model reformats the conclusions it
-                // already reached; after the deadline the finalise message is in it too.
-                self.finalise_if_due().await;
-                self.messages
-                    .push(Message::user(repair::conversation_message(
-                        protocol,
-                        language,
-                        diagnostics,
-                        round,
-                        max,
-                    )));
-                let response = self
-                    .call(CallPurpose::Repair, None, false, Some(0.0))
-                    .await?;
-                // Only the text is kept: tool calls in a repair answer are never run, and a
-                // dangling call would make the next request ill-formed.
-                self.messages
-                    .push(Message::assistant(response.content.clone(), Vec::new()));
-                Ok(response)
-            }
-            RepairMode::Isolated => {
-                // Only the contract, the invalid response (fenced behind a fresh token) and the
-                // error: no task, no repository, no snapshot path, no tools.
-                let boundary = prompt::new_boundary();
-                let contract = prompt::contract_for(self.request);
-                let p = repair::isolated_prompt(
-                    protocol,
-                    language,
-                    &contract,
-                    invalid,
-                    diagnostics,
-                    &boundary,
-                );
-                self.call(
-                    CallPurpose::Repair,
-                    Some((
-                        vec![Message::system(p.system), Message::user(p.user)],
-                        &boundary,
-                    )),
-                    false,
-                    Some(0.0),
-                )
-                .await
-            }
+/// Records one round: metric, transcript entry, and a progress event on the repair channel.
+async fn round_done(
+    ctx: &CallContext<'_>,
+    conv: &mut Conversation<'_>,
+    round: Round,
+    repaired_error: &Diagnostics,
+    remaining: Option<&Diagnostics>,
+    outcome: &str,
+) {
+    let Round { number, max, mode } = round;
+    let protocol = ctx.request.protocol.as_str();
+    ctx.deps
+        .metrics
+        .repair_rounds
+        .with_label_values(&[protocol, outcome])
+        .inc();
+    let error = bounded(&repaired_error.to_string());
+    conv.record(TranscriptEntry::RepairRound {
+        attempt: number,
+        max,
+        mode: mode_name(mode).to_owned(),
+        error: error.clone(),
+        outcome: outcome.to_owned(),
+    });
+    let first = repaired_error.first();
+    let message = match outcome {
+        "repaired" => format!(
+            "Protocol repair round {number} of {max} ({protocol}): the answer now follows the contract."
+        ),
+        "invalid" => format!(
+            "Protocol repair round {number} of {max} ({protocol}): still invalid — {}",
+            safe_preview(&first.to_string(), 200)
+        ),
+        _ => {
+            format!("Protocol repair round {number} of {max} ({protocol}): the repair call failed.")
         }
-    }
+    };
+    ctx.emit(
+        EventType::ProtocolRepair,
+        Some(PROTOCOL_REPAIR_CHANNEL),
+        message,
+        serde_json::json!({
+            "attempt": number,
+            "max": max,
+            "mode": mode_name(mode),
+            "protocol": protocol,
+            "error": error,
+            "remaining_error": remaining.map(|d| bounded(&d.to_string())),
+            "outcome": outcome,
+        }),
+    )
+    .await;
+}
 
-    /// Records one round: metric, transcript entry, and a progress event on the repair channel.
-    async fn round_done(
-        &mut self,
-        round: u8,
-        max: u8,
-        mode: RepairMode,
-        repaired_error: &Diagnostics,
-        remaining: Option<&Diagnostics>,
-        outcome: &str,
-    ) {
-        let protocol = self.request.protocol.as_str();
-        self.exec
-            .deps
-            .metrics
-            .repair_rounds
-            .with_label_values(&[protocol, outcome])
-            .inc();
-        let error = bounded(&repaired_error.to_string());
-        self.transcript.entries.push(TranscriptEntry::RepairRound {
-            attempt: round,
-            max,
-            mode: mode_name(mode).to_owned(),
-            error: error.clone(),
-            outcome: outcome.to_owned(),
-        });
-        let first = repaired_error.first();
-        let message = match outcome {
-            "repaired" => format!(
-                "Protocol repair round {round} of {max} ({protocol}): the answer now follows the contract."
-            ),
-            "invalid" => format!(
-                "Protocol repair round {round} of {max} ({protocol}): still invalid — {}",
-                safe_preview(&first.to_string(), 200)
-            ),
-            _ => format!(
-                "Protocol repair round {round} of {max} ({protocol}): the repair call failed."
-            ),
-        };
-        self.emit(
-            EventType::ProtocolRepair,
-            Some(PROTOCOL_REPAIR_CHANNEL),
-            message,
-            serde_json::json!({
-                "attempt": round,
-                "max": max,
-                "mode": mode_name(mode),
-                "protocol": protocol,
-                "error": error,
-                "remaining_error": remaining.map(|d| bounded(&d.to_string())),
-                "outcome": outcome,
-            }),
-        )
-        .await;
+/// After a successful repair, compares the finding count with the `<FINDING>` blocks of the
+/// original response (envelopes with findings only). A difference is a warning, never a
+/// rejection: the model may have merged duplicates, or invented or dropped findings.
+async fn check_consistency(
+    ctx: &CallContext<'_>,
+    conv: &mut Conversation<'_>,
+    protocol: ProtocolId,
+    original: &str,
+    value: &serde_json::Value,
+) {
+    if protocol.family() != ProtocolFamily::Envelope {
+        return;
     }
-
-    /// After a successful repair, compares the finding count with the `<FINDING>` blocks of the
-    /// original response (envelopes with findings only). A difference is a warning, never a
-    /// rejection: the model may have merged duplicates, or invented or dropped findings.
-    async fn check_consistency(
-        &mut self,
-        protocol: ProtocolId,
-        original: &str,
-        value: &serde_json::Value,
-    ) {
-        if protocol.family() != ProtocolFamily::Envelope {
-            return;
-        }
-        let Some(repaired) = value
-            .get("findings")
-            .and_then(|f| f.as_array())
-            .map(Vec::len)
-        else {
-            return;
-        };
-        let original_count = original.lines().filter(|l| l.trim() == "<FINDING>").count();
-        if original_count == repaired {
-            return;
-        }
-        self.exec
-            .deps
-            .metrics
-            .repair_consistency_warnings
-            .with_label_values(&[protocol.as_str()])
-            .inc();
-        self.transcript
-            .entries
-            .push(TranscriptEntry::ConsistencyWarning {
-                original: original_count,
-                repaired,
-            });
-        tracing::warn!(
-            original = original_count,
-            repaired,
-            "repaired answer changed the number of findings"
-        );
-        self.emit(
-            EventType::RepairConsistencyWarning,
-            Some(PROTOCOL_REPAIR_CHANNEL),
-            format!(
-                "The repaired answer has {repaired} findings; the original response had {original_count} <FINDING> blocks."
-            ),
-            serde_json::json!({"original": original_count, "repaired": repaired}),
-        )
-        .await;
+    let Some(repaired) = value
+        .get("findings")
+        .and_then(|f| f.as_array())
+        .map(Vec::len)
+    else {
+        return;
+    };
+    let original_count = original.lines().filter(|l| l.trim() == "<FINDING>").count();
+    if original_count == repaired {
+        return;
     }
+    ctx.deps
+        .metrics
+        .repair_consistency_warnings
+        .with_label_values(&[protocol.as_str()])
+        .inc();
+    conv.record(TranscriptEntry::ConsistencyWarning {
+        original: original_count,
+        repaired,
+    });
+    tracing::warn!(
+        original = original_count,
+        repaired,
+        "repaired answer changed the number of findings"
+    );
+    ctx.emit(
+        EventType::RepairConsistencyWarning,
+        Some(PROTOCOL_REPAIR_CHANNEL),
+        format!(
+            "The repaired answer has {repaired} findings; the original response had {original_count} <FINDING> blocks."
+        ),
+        serde_json::json!({"original": original_count, "repaired": repaired}),
+    )
+    .await;
 }
 
 fn mode_name(mode: RepairMode) -> &'static str {

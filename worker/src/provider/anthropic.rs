@@ -1,7 +1,7 @@
 //! The Anthropic Messages client (SPEC E6): maps the provider-neutral chat types to
-//! `POST {base_url}/v1/messages` and back. Transport and classification (including 529
-//! "overloaded" as a rate limit) are shared with the OpenAI client in [`super::http`] and
-//! [`super::classify`].
+//! `POST {base_url}/v1/messages` and back. The call itself (transport, classification including
+//! 529 "overloaded" as a rate limit, redaction) is shared with the OpenAI client in
+//! [`super::api`].
 //!
 //! # What is sent
 //! - headers `x-api-key` (when a key is configured) and `anthropic-version: 2023-06-01`;
@@ -30,16 +30,13 @@
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use super::build::ProviderBuildError;
+use super::api::{ApiProvider, WireFormat};
 use super::classify::Flavor;
-use super::http::HttpTransport;
 use super::{
-    ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, ProviderKind,
-    ProviderSettings, Role, TokenUsage, ToolCall, ToolChoice,
+    ChatRequest, ChatResponse, FinishReason, ProviderKind, ProviderSettings, Role, TokenUsage,
+    ToolCall, ToolChoice,
 };
-use verdict_backends::BoxFuture;
 
 /// The Messages API version verdict is written against.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -47,75 +44,44 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// `max_tokens` when neither the request nor the settings give one: the API requires a value.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
-/// An Anthropic Messages provider: its settings and one pooled HTTP client.
+/// The Anthropic Messages wire format.
 #[derive(Debug)]
-pub struct AnthropicProvider {
-    settings: ProviderSettings,
-    http: HttpTransport,
-}
+pub struct Anthropic;
 
-impl AnthropicProvider {
-    /// Checks the settings as [`super::build()`] does for this kind and builds the HTTP client.
-    pub fn new(settings: ProviderSettings) -> Result<AnthropicProvider, ProviderBuildError> {
-        let settings = ProviderSettings {
-            kind: ProviderKind::Anthropic,
-            ..settings
-        };
-        settings.validate()?;
-        let http = HttpTransport::new(&settings, "messages", Flavor::Anthropic)?;
-        Ok(AnthropicProvider { settings, http })
+/// An Anthropic Messages provider.
+pub type AnthropicProvider = ApiProvider<Anthropic>;
+
+impl WireFormat for Anthropic {
+    const KIND: ProviderKind = ProviderKind::Anthropic;
+    const PATH: &'static str = "messages";
+    const FLAVOR: Flavor = Flavor::Anthropic;
+    type Body<'a> = WireRequest<'a>;
+
+    fn request_body<'a>(
+        request: &'a ChatRequest,
+        settings: &ProviderSettings,
+    ) -> Result<WireRequest<'a>, String> {
+        request_body(request, settings)
     }
 
-    async fn call(
-        &self,
-        request: &ChatRequest,
-        cancel: &CancellationToken,
-    ) -> Result<ChatResponse, ProviderError> {
-        let wire = request_body(request, &self.settings).map_err(|p| self.http.internal(&p))?;
-        let body = serde_json::to_vec(&wire).map_err(|e| {
-            self.http
-                .internal(&format!("cannot serialise the request: {e}"))
-        })?;
-        let mut headers = vec![(
+    fn fixed_headers() -> Vec<(HeaderName, HeaderValue)> {
+        vec![(
             HeaderName::from_static("anthropic-version"),
             HeaderValue::from_static(ANTHROPIC_VERSION),
-        )];
-        if let Some(key) = self.http.api_key() {
-            headers.push((
-                HeaderName::from_static("x-api-key"),
-                self.http.secret_header(key.expose())?,
-            ));
-        }
-        let received = self.http.post_json(body, headers, cancel).await?;
-        parse_response(&received.body).map_err(|p| self.http.malformed(&received, &p))
-    }
-}
-
-impl Provider for AnthropicProvider {
-    fn name(&self) -> &str {
-        &self.settings.name
+        )]
     }
 
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Anthropic
+    fn credential(key: &str) -> (HeaderName, String) {
+        (HeaderName::from_static("x-api-key"), key.to_owned())
     }
 
-    fn default_model(&self) -> &str {
-        &self.settings.model
-    }
-
-    fn complete<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-        _workdir: Option<&'a std::path::Path>,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        Box::pin(self.call(request, cancel))
+    fn parse_response(body: &[u8]) -> Result<ChatResponse, String> {
+        parse_response(body)
     }
 }
 
 #[derive(Debug, Serialize)]
-pub(crate) struct WireRequest<'a> {
+pub struct WireRequest<'a> {
     model: &'a str,
     max_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -168,7 +134,7 @@ struct WireToolChoice {
 }
 
 /// The request body; `Err` names a conversation this format cannot express (a caller bug).
-pub(crate) fn request_body<'a>(
+fn request_body<'a>(
     request: &'a ChatRequest,
     settings: &ProviderSettings,
 ) -> Result<WireRequest<'a>, String> {
@@ -334,7 +300,7 @@ struct WireUsage {
 }
 
 /// Parses a 2xx body; `Err` says what is wrong with it (for the malformed-response error).
-pub(crate) fn parse_response(body: &[u8]) -> Result<ChatResponse, String> {
+fn parse_response(body: &[u8]) -> Result<ChatResponse, String> {
     let wire: WireResponse = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     let mut content = String::new();
     let mut tool_calls = Vec::new();

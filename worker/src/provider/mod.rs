@@ -156,8 +156,9 @@ pub struct ProviderSettings {
 }
 
 pub mod anthropic;
-// Added by the providers work: the factory and the pieces both HTTP clients share (one
-// classification for SPEC E4, one transport), each in its own file rather than in this one.
+// The factory and the pieces both HTTP clients share (one call, one classification for SPEC E4,
+// one transport), each in its own file rather than in this one.
+pub mod api;
 pub mod build;
 pub mod classify;
 pub mod exec;

@@ -1,7 +1,7 @@
 //! The OpenAI-compatible chat-completions client (SPEC E6): OpenAI, Azure-style gateways, vLLM,
 //! llama.cpp, Ollama, DeepSeek, Volcengine Ark, GLM. Maps the provider-neutral chat types to
-//! `POST {base_url}/v1/chat/completions` and back; transport and classification are shared with
-//! the Anthropic client in [`super::http`] and [`super::classify`].
+//! `POST {base_url}/v1/chat/completions` and back; the call itself (transport, classification,
+//! redaction) is shared with the Anthropic client in [`super::api`].
 //!
 //! # What is sent
 //! - `model`; `messages` with roles `system`, `user`, `assistant` (with `tool_calls`
@@ -29,83 +29,49 @@
 use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use super::build::ProviderBuildError;
+use super::api::{ApiProvider, WireFormat};
 use super::classify::Flavor;
-use super::http::HttpTransport;
 use super::{
-    ChatRequest, ChatResponse, FinishReason, Message, Provider, ProviderError, ProviderKind,
-    ProviderSettings, Role, TokenUsage, ToolCall, ToolChoice,
+    ChatRequest, ChatResponse, FinishReason, Message, ProviderKind, ProviderSettings, Role,
+    TokenUsage, ToolCall, ToolChoice,
 };
-use verdict_backends::BoxFuture;
 
-/// An OpenAI-compatible provider: its settings and one pooled HTTP client.
+/// The OpenAI chat-completions wire format.
 #[derive(Debug)]
-pub struct OpenAiProvider {
-    settings: ProviderSettings,
-    http: HttpTransport,
-}
+pub struct OpenAi;
 
-impl OpenAiProvider {
-    /// Checks the settings as [`super::build()`] does for this kind and builds the HTTP client.
-    pub fn new(settings: ProviderSettings) -> Result<OpenAiProvider, ProviderBuildError> {
-        let settings = ProviderSettings {
-            kind: ProviderKind::Openai,
-            ..settings
-        };
-        settings.validate()?;
-        let http = HttpTransport::new(&settings, "chat/completions", Flavor::OpenAi)?;
-        Ok(OpenAiProvider { settings, http })
-    }
+/// An OpenAI-compatible provider.
+pub type OpenAiProvider = ApiProvider<OpenAi>;
 
-    async fn call(
-        &self,
-        request: &ChatRequest,
-        cancel: &CancellationToken,
-    ) -> Result<ChatResponse, ProviderError> {
-        let wire = request_body(request, &self.settings).map_err(|p| self.http.internal(&p))?;
-        let body = serde_json::to_vec(&wire).map_err(|e| {
-            self.http
-                .internal(&format!("cannot serialise the request: {e}"))
-        })?;
-        let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::new();
-        if let Some(key) = self.http.api_key() {
-            let value = self
-                .http
-                .secret_header(&format!("Bearer {}", key.expose()))?;
-            headers.push((AUTHORIZATION, value));
-        }
-        let received = self.http.post_json(body, headers, cancel).await?;
-        parse_response(&received.body).map_err(|p| self.http.malformed(&received, &p))
-    }
-}
+impl WireFormat for OpenAi {
+    const KIND: ProviderKind = ProviderKind::Openai;
+    const PATH: &'static str = "chat/completions";
+    const FLAVOR: Flavor = Flavor::OpenAi;
+    type Body<'a> = WireRequest<'a>;
 
-impl Provider for OpenAiProvider {
-    fn name(&self) -> &str {
-        &self.settings.name
-    }
-
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Openai
-    }
-
-    fn default_model(&self) -> &str {
-        &self.settings.model
-    }
-
-    fn complete<'a>(
-        &'a self,
+    fn request_body<'a>(
         request: &'a ChatRequest,
-        _workdir: Option<&'a std::path::Path>,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        Box::pin(self.call(request, cancel))
+        settings: &ProviderSettings,
+    ) -> Result<WireRequest<'a>, String> {
+        request_body(request, settings)
+    }
+
+    fn fixed_headers() -> Vec<(HeaderName, HeaderValue)> {
+        Vec::new()
+    }
+
+    fn credential(key: &str) -> (HeaderName, String) {
+        (AUTHORIZATION, format!("Bearer {key}"))
+    }
+
+    fn parse_response(body: &[u8]) -> Result<ChatResponse, String> {
+        parse_response(body)
     }
 }
 
 #[derive(Debug, Serialize)]
-pub(crate) struct WireRequest<'a> {
+pub struct WireRequest<'a> {
     model: &'a str,
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -158,7 +124,7 @@ struct WireFunction<'a> {
 }
 
 /// The request body; `Err` names a conversation this format cannot express (a caller bug).
-pub(crate) fn request_body<'a>(
+fn request_body<'a>(
     request: &'a ChatRequest,
     settings: &ProviderSettings,
 ) -> Result<WireRequest<'a>, String> {
@@ -278,7 +244,7 @@ struct WireUsage {
 }
 
 /// Parses a 2xx body; `Err` says what is wrong with it (for the malformed-response error).
-pub(crate) fn parse_response(body: &[u8]) -> Result<ChatResponse, String> {
+fn parse_response(body: &[u8]) -> Result<ChatResponse, String> {
     let wire: WireResponse = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     let Some(choice) = wire.choices.into_iter().next() else {
         return Err("`choices` is empty".to_owned());

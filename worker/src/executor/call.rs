@@ -1,0 +1,383 @@
+//! One AI call, the only way an attempt reaches a model: the response journal first (E7), then
+//! the provider with retries (E5) and fallback models, each provider call metered, and the call
+//! written to the transcript whatever its end.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+use verdict_proto::evidence::Boundary;
+use verdict_proto::outcome::FailureKind;
+use verdict_proto::transcript::{CallPurpose, TranscriptEntry};
+use verdict_proto::wire::EventType;
+
+use super::context::CallContext;
+use super::conversation::Conversation;
+use crate::journal;
+use crate::provider::{
+    ChatRequest, ChatResponse, Message, Provider, ProviderError, TokenUsage, ToolChoice,
+};
+use crate::retry::{RetryDecision, RetryPolicy, RetryState};
+use verdict_backends::repo::Snapshot;
+
+/// E3: repair calls run at temperature 0.
+const REPAIR_TEMPERATURE: f32 = 0.0;
+
+/// What a call is for, which decides what it sends. Only a turn may offer tools: repair calls
+/// never do.
+pub(super) enum Call {
+    /// The next turn of the conversation; tools are offered when `offer_tools` (E1, E2).
+    Turn { offer_tools: bool },
+    /// A repair over the whole conversation so far (E3, conversation mode).
+    ConversationRepair,
+    /// A repair over a self-contained message list fenced with its own boundary token (E3,
+    /// isolated mode); the conversation is neither sent nor changed.
+    IsolatedRepair {
+        messages: Vec<Message>,
+        boundary: Boundary,
+    },
+}
+
+impl Call {
+    fn purpose(&self) -> CallPurpose {
+        match self {
+            Call::Turn { .. } => CallPurpose::Turn,
+            Call::ConversationRepair | Call::IsolatedRepair { .. } => CallPurpose::Repair,
+        }
+    }
+
+    fn offers_tools(&self) -> bool {
+        matches!(self, Call::Turn { offer_tools: true })
+    }
+
+    fn temperature(&self) -> Option<f32> {
+        match self {
+            Call::Turn { .. } => None,
+            Call::ConversationRepair | Call::IsolatedRepair { .. } => Some(REPAIR_TEMPERATURE),
+        }
+    }
+}
+
+/// Where an attempt's calls go: the provider, the model now in use, the fallback models not yet
+/// tried, and the retry budget left on the current model.
+pub(super) struct Route {
+    provider: Arc<dyn Provider>,
+    model: String,
+    fallbacks: std::vec::IntoIter<String>,
+    retry: RetryState,
+}
+
+impl Route {
+    pub fn new(
+        provider: Arc<dyn Provider>,
+        model: String,
+        fallbacks: Vec<String>,
+        retry: &RetryPolicy,
+    ) -> Route {
+        Route {
+            provider,
+            model,
+            fallbacks: fallbacks.into_iter(),
+            retry: RetryState::new(retry),
+        }
+    }
+
+    /// E5: after the current model's budget is spent on a retryable failure, the next fallback
+    /// model, if any; a requeue or a final failure ends the attempt instead.
+    fn fallback_after(&mut self, failure: &Failure) -> Option<String> {
+        let exhausted = failure.requeue_after.is_none() && failure.error.kind.is_retryable();
+        if exhausted {
+            self.fallbacks.next()
+        } else {
+            None
+        }
+    }
+
+    /// Moves to `model` with a fresh retry budget.
+    fn switch_to(&mut self, model: String, retry: &RetryPolicy) {
+        self.model = model;
+        self.retry = RetryState::new(retry);
+    }
+}
+
+/// How an attempt ended without an answer to judge.
+#[derive(Debug)]
+pub(super) struct Failure {
+    pub error: ProviderError,
+    /// Set when the stage should be requeued after this delay rather than fail now.
+    pub requeue_after: Option<Duration>,
+}
+
+impl Failure {
+    fn now(error: ProviderError) -> Failure {
+        Failure {
+            error,
+            requeue_after: None,
+        }
+    }
+}
+
+/// Makes one AI call of the attempt and records it in the conversation's transcript. A turn or
+/// a conversation repair sends the whole conversation (the caller has already added its
+/// message); an isolated repair sends only its own messages.
+pub(super) async fn ai_call(
+    ctx: &mut CallContext<'_>,
+    conv: &mut Conversation<'_>,
+    call: Call,
+) -> Result<ChatResponse, Failure> {
+    let purpose = call.purpose();
+    let temperature = call.temperature();
+    let tools = match (&ctx.toolbox, call.offers_tools()) {
+        (Some(t), true) => t.definitions(),
+        _ => Vec::new(),
+    };
+    let tool_choice = if tools.is_empty() {
+        ToolChoice::None
+    } else {
+        ToolChoice::Auto
+    };
+    // Every boundary token in the request, so the journal key ignores them (decision 22).
+    let mut tokens = vec![conv.boundary().token().to_owned()];
+    let (messages, new_messages) = match call {
+        Call::IsolatedRepair { messages, boundary } => {
+            tokens.push(boundary.token().to_owned());
+            (messages.clone(), messages)
+        }
+        Call::Turn { .. } | Call::ConversationRepair => {
+            let new = conv.take_unrecorded();
+            (conv.messages().to_vec(), new)
+        }
+    };
+    let tool_names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
+    let mut request = ChatRequest {
+        model: ctx.route.model.clone(),
+        messages,
+        tools,
+        tool_choice,
+        temperature,
+        max_tokens: None,
+    };
+    let seq = conv.next_seq();
+
+    loop {
+        let provider = ctx.route.provider.name().to_owned();
+        let token_refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
+        let key = journal::call_key(
+            &ctx.request.task_id,
+            &ctx.request.stage_id,
+            &provider,
+            &request,
+            &token_refs,
+        );
+        let entry = CallEntry {
+            seq,
+            purpose,
+            provider: &provider,
+            request: &request,
+            new_messages: &new_messages,
+            tools: &tool_names,
+        };
+        match ctx.deps.journal.get(&key).await {
+            Ok(Some(response)) => {
+                ctx.deps
+                    .metrics
+                    .responses_reused
+                    .with_label_values(&[&provider])
+                    .inc();
+                conv.record(entry.ended(Ended::Reused(&response)));
+                return Ok(response);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "response journal unavailable; calling the provider")
+            }
+        }
+
+        match call_with_retries(ctx, conv, seq, &request).await {
+            Ok((response, latency_ms)) => {
+                if let Err(e) = ctx.deps.journal.put(&key, &response).await {
+                    tracing::warn!(error = %e, "response not journaled; a redelivery would pay for it again");
+                }
+                conv.record(entry.ended(Ended::Answered(&response, latency_ms)));
+                return Ok(response);
+            }
+            Err(failure) => {
+                conv.record(entry.ended(Ended::Failed(&failure.error)));
+                let Some(next) = ctx.route.fallback_after(&failure) else {
+                    return Err(failure);
+                };
+                let from = &ctx.route.model;
+                ctx.emit(
+                    EventType::StageRetry,
+                    None,
+                    format!(
+                        "Model {from} keeps failing ({}); falling back to {next}",
+                        failure.error.kind
+                    ),
+                    serde_json::json!({"from": from, "to": next, "kind": failure.error.kind}),
+                )
+                .await;
+                ctx.route.switch_to(next.clone(), &ctx.settings.retry);
+                request.model = next;
+            }
+        }
+    }
+}
+
+/// Calls the provider until it answers, the failure is final, or the wait is too long. Returns
+/// the answer and its latency in milliseconds.
+async fn call_with_retries(
+    ctx: &mut CallContext<'_>,
+    conv: &mut Conversation<'_>,
+    seq: u32,
+    request: &ChatRequest,
+) -> Result<(ChatResponse, u64), Failure> {
+    let provider = Arc::clone(&ctx.route.provider);
+    let metrics = ctx.deps.metrics.clone();
+    let labels = [provider.name().to_owned(), request.model.clone()];
+    loop {
+        if ctx.cancel.is_cancelled() {
+            return Err(Failure::now(cancelled()));
+        }
+        let span = tracing::info_span!(
+            "ai_call",
+            provider = provider.name(),
+            model = %request.model,
+            seq,
+            tools = request.tools.len(),
+            status = tracing::field::Empty,
+        );
+        let started = tokio::time::Instant::now();
+        let result = provider
+            .complete(
+                request,
+                ctx.snapshot.as_ref().map(Snapshot::root),
+                ctx.cancel,
+            )
+            .instrument(span.clone())
+            .await;
+        let latency = started.elapsed();
+        metrics
+            .provider_latency
+            .with_label_values(&[&labels[0], &labels[1]])
+            .observe(latency.as_secs_f64());
+        let status = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.kind.as_str(),
+        };
+        span.record("status", status);
+        metrics
+            .provider_requests
+            .with_label_values(&[&labels[0], &labels[1], status])
+            .inc();
+        let error = match result {
+            Ok(response) => {
+                let u = response.usage;
+                metrics
+                    .provider_tokens
+                    .with_label_values(&[&labels[0], &labels[1], "input"])
+                    .inc_by(u.input_tokens);
+                metrics
+                    .provider_tokens
+                    .with_label_values(&[&labels[0], &labels[1], "output"])
+                    .inc_by(u.output_tokens);
+                conv.count_call(u);
+                let latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+                return Ok((response, latency_ms));
+            }
+            Err(e) => e,
+        };
+        conv.count_call(TokenUsage::default());
+        if ctx.cancel.is_cancelled() {
+            return Err(Failure::now(cancelled()));
+        }
+        match ctx.route.retry.decide(&error) {
+            RetryDecision::Wait(wait) => {
+                metrics
+                    .provider_retries
+                    .with_label_values(&[&labels[0], &labels[1], error.kind.as_str()])
+                    .inc();
+                if error.kind == FailureKind::RateLimited {
+                    metrics
+                        .rate_limit_waits
+                        .with_label_values(&[&labels[0], &labels[1]])
+                        .inc();
+                    metrics
+                        .rate_limit_wait_seconds
+                        .with_label_values(&[&labels[0], &labels[1]])
+                        .inc_by(wait.as_secs_f64());
+                }
+                conv.record(TranscriptEntry::Retry {
+                    seq,
+                    kind: error.kind.as_str().to_owned(),
+                    wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    message: error.message.clone(),
+                });
+                tracing::info!(
+                    kind = error.kind.as_str(),
+                    wait_ms = wait.as_millis() as u64,
+                    "retrying provider call"
+                );
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = ctx.cancel.cancelled() => return Err(Failure::now(cancelled())),
+                }
+            }
+            RetryDecision::Requeue(wait) => {
+                return Err(Failure {
+                    error,
+                    requeue_after: Some(wait),
+                });
+            }
+            RetryDecision::GiveUp => return Err(Failure::now(error)),
+        }
+    }
+}
+
+/// What the transcript says of one call, whatever its end.
+struct CallEntry<'r> {
+    seq: u32,
+    purpose: CallPurpose,
+    provider: &'r str,
+    request: &'r ChatRequest,
+    /// The messages the transcript has not shown yet (the whole prompt of an isolated repair).
+    new_messages: &'r [Message],
+    tools: &'r [String],
+}
+
+/// How a call ended.
+enum Ended<'r> {
+    /// Answered from the journal of an earlier delivery (E7).
+    Reused(&'r ChatResponse),
+    /// Answered by the provider, after this many milliseconds.
+    Answered(&'r ChatResponse, u64),
+    /// Failed after its retries.
+    Failed(&'r ProviderError),
+}
+
+impl CallEntry<'_> {
+    fn ended(&self, ended: Ended<'_>) -> TranscriptEntry {
+        let (response, error, latency_ms, reused) = match ended {
+            Ended::Reused(r) => (Some(r.clone()), None, 0, true),
+            Ended::Answered(r, latency_ms) => (Some(r.clone()), None, latency_ms, false),
+            Ended::Failed(e) => (None, Some(e.to_string()), 0, false),
+        };
+        TranscriptEntry::Call {
+            seq: self.seq,
+            purpose: self.purpose,
+            provider: self.provider.to_owned(),
+            model: self.request.model.clone(),
+            new_messages: self.new_messages.to_vec(),
+            tools: self.tools.to_vec(),
+            temperature: self.request.temperature,
+            response,
+            error,
+            latency_ms,
+            reused,
+        }
+    }
+}
+
+fn cancelled() -> ProviderError {
+    ProviderError::new(FailureKind::Cancelled, "the stage was cancelled")
+}
