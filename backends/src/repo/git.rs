@@ -64,25 +64,80 @@ const INHERITED_GIT_VARIABLES: &[&str] = &[
     "GIT_CEILING_DIRECTORIES",
 ];
 
-/// Takes the exclusive lock of `dir` (its `.lock` file) without waiting.
-fn lock_directory(dir: &Path) -> Result<std::fs::File, RepoError> {
+/// How long a re-open by the same process may wait for its own earlier lock to be released.
+const OWN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Cache directories held by live sources of this process.
+static HELD_HERE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// The exclusive hold on a cache directory; released when dropped (or when the process ends).
+#[derive(Debug)]
+struct DirectoryLock {
+    _file: std::fs::File,
+    dir: PathBuf,
+}
+
+impl Drop for DirectoryLock {
+    fn drop(&mut self) {
+        let mut held = HELD_HERE.lock().unwrap_or_else(PoisonError::into_inner);
+        held.retain(|d| d != &self.dir);
+    }
+}
+
+/// Takes the exclusive lock of `dir` (its `.lock` file, which then holds this process's id).
+///
+/// Held by another process, or by a live source of this one: refused at once. Held, as far as
+/// the file says, by this process although no source of it holds the directory: that is a
+/// source just dropped, whose lock a `git` child forked in that instant still shares until it
+/// execs (an OS file lock belongs to the open file, and a fork copies it), so the lock is retried
+/// briefly.
+fn lock_directory(dir: &Path) -> Result<DirectoryLock, RepoError> {
+    use std::io::{Read, Seek, Write};
+    let dir = std::fs::canonicalize(dir).map_err(RepoError::io("resolve", dir))?;
+    let in_use = || RepoError::CacheInUse { dir: dir.clone() };
     let path = dir.join(".lock");
-    let file = std::fs::OpenOptions::new()
+    let mut file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
         .open(&path)
         .map_err(RepoError::io("open the lock file", &path))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(RepoError::CacheInUse {
-            dir: dir.to_path_buf(),
-        }),
-        Err(std::fs::TryLockError::Error(e)) => Err(RepoError::Io {
-            action: "lock",
-            path,
-            source: e,
-        }),
+    let me = std::process::id().to_string();
+    let give_up = std::time::Instant::now() + OWN_LOCK_WAIT;
+    loop {
+        let mut held = HELD_HERE.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.contains(&dir) {
+            return Err(in_use());
+        }
+        match file.try_lock() {
+            Ok(()) => {
+                held.push(dir.clone());
+                drop(held);
+                // The id only tells a later open of this process what it is waiting for.
+                let _ = file
+                    .set_len(0)
+                    .and_then(|()| file.rewind())
+                    .and_then(|()| file.write_all(me.as_bytes()));
+                return Ok(DirectoryLock { _file: file, dir });
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                drop(held);
+                let mut holder = String::new();
+                let _ = file.rewind().and_then(|_| file.read_to_string(&mut holder));
+                if holder.trim() != me || std::time::Instant::now() >= give_up {
+                    return Err(in_use());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(RepoError::Io {
+                    action: "lock",
+                    path,
+                    source: e,
+                });
+            }
+        }
     }
 }
 
@@ -126,7 +181,7 @@ pub struct GitRepositorySource {
     cache: SnapshotCache,
     locks: KeyedLocks,
     /// Holds the directory's `.lock` for as long as this source lives.
-    _owner: std::fs::File,
+    _owner: DirectoryLock,
 }
 
 impl GitRepositorySource {
