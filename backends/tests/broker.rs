@@ -392,6 +392,12 @@ async fn a_dropped_subscription_still_settles_what_it_handed_out(h: &Harness) {
     let mut subscription = broker.consume(INTERACTIVE, 3).await.unwrap();
     let a = next(&mut subscription).await;
     drop(subscription);
+    eventually("the unreceived messages to be queued again", || async {
+        h.waiting(INTERACTIVE).await == 2
+    })
+    .await;
+    // Unsubscribing is not a dead consumer.
+    assert!(broker.health().consumers_alive);
     assert_eq!(a.acker.ack().await.unwrap(), AckStatus::Done);
     let mut again = broker.consume(INTERACTIVE, 3).await.unwrap();
     let mut rest = Vec::new();

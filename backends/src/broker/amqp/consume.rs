@@ -178,6 +178,11 @@ async fn run(
             mut consumer,
         } = live;
         let end = pump(&shared, &mut consumer, &tx, &queue, &held).await;
+        if matches!(end, End::Unsubscribed) {
+            // Health stops counting it first, so it never looks like a dead consumer while the
+            // deliveries it handed out are settled.
+            subscription.finished.store(true, Ordering::SeqCst);
+        }
         subscription.alive.store(false, Ordering::SeqCst);
         match end {
             End::Stopped => {
