@@ -1,18 +1,19 @@
 //! The in-process broker of `verdict dev` and unit tests: the semantics callers rely on, without
-//! a RabbitMQ. Per-route FIFO queues; `prefetch` unsettled deliveries per subscription; several
+//! a RabbitMQ, held to the same conformance suite as RabbitMQ (`backends/tests/broker.rs`).
+//! Per-route FIFO queues; `prefetch` unsettled deliveries per subscription; several
 //! subscriptions on one route share its messages round-robin; ack, requeue, the redelivered flag
 //! and delivery count; poison messages dead-lettered after `delivery_limit` redeliveries with
-//! reason `"delivery limit"`; delays on tokio's clock, so paused-time tests run instantly.
+//! reason [`DELIVERY_LIMIT_REASON`]; delays on tokio's clock, so paused-time tests run instantly;
+//! shutdown that takes back whatever is still unsettled after the grace.
 //!
 //! Where RabbitMQ leaves a choice, this broker decides:
 //! - A requeued message goes back to the **front** of its queue, ahead of newer messages, so
-//!   retries keep their place; the delivery limit bounds how often it can come back.
-//! - A delivery dropped without being settled is requeued at once, like RabbitMQ does when the
-//!   channel of an unacked delivery closes (and it counts toward the delivery limit, as there).
+//!   retries keep their place; the delivery limit bounds how often it can come back. (RabbitMQ
+//!   3.10's quorum queues do the same, but no RabbitMQ version promises it.)
 //! - `publish_delayed` waits exactly `delay` (no buckets).
 //! - Prefetch 0 (AMQP's "unlimited") is capped at 256 unsettled deliveries.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -23,12 +24,9 @@ use tokio::sync::{mpsc, watch};
 
 use super::{
     AckStatus, Acknowledge, Broker, BrokerError, BrokerHealth, DEAD_LETTER_REASON_HEADER,
-    Deliveries, Delivery, Message, Route,
+    DELIVERY_LIMIT_REASON, Deliveries, Delivery, Message, Route,
 };
 use crate::BoxFuture;
-
-/// The reason recorded for a message that exceeded the delivery limit.
-pub const DELIVERY_LIMIT_REASON: &str = "delivery limit";
 
 /// Unsettled deliveries allowed when a subscription asks for prefetch 0.
 const UNLIMITED_PREFETCH: usize = 256;
@@ -44,9 +42,23 @@ struct State {
     routes: HashMap<Route, RouteState>,
     dead: Vec<(Message, String)>,
     next_subscriber: u64,
-    shut_down: bool,
-    /// Deliveries handed out and not settled, over all routes; shutdown waits on it.
+    next_delivery: u64,
+    /// Deliveries handed out and not settled, by delivery number: what shutdown takes back.
+    held: BTreeMap<u64, Held>,
+    phase: Phase,
+    /// The number of held deliveries, watched by shutdown.
     outstanding: watch::Sender<usize>,
+}
+
+/// Where the broker is in its life; it only moves forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Open,
+    /// Subscriptions have ended and no new ones are taken; publishing and settling go on (the
+    /// shutdown grace).
+    Stopped,
+    /// Shut down: everything is refused.
+    Closed,
 }
 
 #[derive(Default)]
@@ -59,8 +71,14 @@ struct RouteState {
 
 struct Queued {
     message: Message,
-    /// Deliveries so far that came back (requeued or dropped).
+    /// Deliveries so far that came back (requeued, dropped or taken back at shutdown).
     returns: u32,
+}
+
+struct Held {
+    route: Route,
+    subscriber: u64,
+    queued: Queued,
 }
 
 struct Subscriber {
@@ -84,13 +102,16 @@ impl MemoryBroker {
                 routes: HashMap::new(),
                 dead: Vec::new(),
                 next_subscriber: 0,
-                shut_down: false,
+                next_delivery: 0,
+                held: BTreeMap::new(),
+                phase: Phase::Open,
                 outstanding: watch::Sender::new(0),
             })),
         }
     }
 
-    /// Dead-lettered messages with their reasons, oldest first.
+    /// Dead-lettered messages as they were published, with their reasons, oldest first (what
+    /// `AmqpBroker::take_dead_letters` returns, without removing them).
     pub fn dead_letters(&self) -> Vec<(Message, String)> {
         self.lock().dead.clone()
     }
@@ -100,19 +121,23 @@ impl MemoryBroker {
         self.lock().routes.get(&route).map_or(0, |r| r.ready.len())
     }
 
-    /// Deliveries on `route` handed out and not yet settled.
+    /// Deliveries from `route` handed out and not yet settled.
     pub fn unsettled(&self, route: Route) -> usize {
         self.lock()
-            .routes
-            .get(&route)
-            .map_or(0, |r| r.subscribers.iter().map(|s| s.unsettled).sum())
+            .held
+            .values()
+            .filter(|held| held.route == route)
+            .count()
     }
 
-    /// Stops every subscription: each [`Deliveries`] yields what it already holds, then `None`.
-    /// Held deliveries can still be settled; publishing is refused from now on.
+    /// Stops every subscription: each [`Deliveries`] yields what it already holds, then `None`,
+    /// and no new subscription is taken. Held deliveries can still be settled and publishing goes
+    /// on, as during [`Broker::shutdown`]'s grace.
     pub fn stop(&self) {
         let mut state = self.lock();
-        state.shut_down = true;
+        if state.phase == Phase::Open {
+            state.phase = Phase::Stopped;
+        }
         for route in state.routes.values_mut() {
             route.subscribers.clear();
         }
@@ -124,11 +149,7 @@ impl MemoryBroker {
 
     fn enqueue(&self, route: Route, message: Message) -> Result<(), BrokerError> {
         let mut state = self.lock();
-        if state.shut_down {
-            return Err(BrokerError::Closed(
-                "the in-memory broker was shut down".to_owned(),
-            ));
-        }
+        state.refuse_when_closed()?;
         state
             .routes
             .entry(route)
@@ -140,6 +161,33 @@ impl MemoryBroker {
             });
         dispatch(&self.state, &mut state, route);
         Ok(())
+    }
+}
+
+impl State {
+    fn refuse_when_closed(&self) -> Result<(), BrokerError> {
+        if self.phase == Phase::Closed {
+            return Err(BrokerError::Closed(
+                "the in-memory broker was shut down".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A delivery came back: to the front of its queue, or to the dead letters once it came back
+    /// more often than the delivery limit allows.
+    fn give_back(&mut self, route: Route, mut queued: Queued) {
+        queued.returns += 1;
+        if queued.returns > self.delivery_limit {
+            self.dead
+                .push((queued.message, DELIVERY_LIMIT_REASON.to_owned()));
+        } else {
+            self.routes
+                .entry(route)
+                .or_default()
+                .ready
+                .push_front(queued);
+        }
     }
 }
 
@@ -160,8 +208,9 @@ impl fmt::Debug for MemoryBroker {
         depths.sort_by_key(|(route, _)| format!("{route:?}"));
         f.debug_struct("MemoryBroker")
             .field("depths", &depths)
+            .field("unsettled", &state.held.len())
             .field("dead_letters", &state.dead.len())
-            .field("shut_down", &state.shut_down)
+            .field("phase", &state.phase)
             .finish()
     }
 }
@@ -173,7 +222,14 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 
 /// Hands ready messages to subscribers with room, round-robin, until one side runs out.
 fn dispatch(shared: &Arc<Mutex<State>>, state: &mut State, route: Route) {
-    let Some(queue) = state.routes.get_mut(&route) else {
+    let State {
+        routes,
+        held,
+        next_delivery,
+        outstanding,
+        ..
+    } = state;
+    let Some(queue) = routes.get_mut(&route) else {
         return;
     };
     queue.subscribers.retain(|s| !s.tx.is_closed());
@@ -189,32 +245,37 @@ fn dispatch(shared: &Arc<Mutex<State>>, state: &mut State, route: Route) {
             return;
         };
         let subscriber = &mut queue.subscribers[index];
-        let armed = Arc::new(AtomicBool::new(true));
+        let number = *next_delivery;
+        *next_delivery += 1;
+        let settled = Arc::new(AtomicBool::new(false));
         let delivery = Delivery {
             message: queued.message.clone(),
             redelivered: queued.returns > 0,
             delivery_count: Some(queued.returns),
             acker: Box::new(MemoryAcker {
                 state: Arc::downgrade(shared),
-                route,
-                subscriber: subscriber.id,
-                queued: Mutex::new(Some(Queued {
-                    message: queued.message.clone(),
-                    returns: queued.returns,
-                })),
-                armed: Arc::clone(&armed),
+                delivery: number,
+                settled: Arc::clone(&settled),
             }),
         };
         match subscriber.tx.try_send(delivery) {
             Ok(()) => {
                 subscriber.unsettled += 1;
                 queue.cursor = (index + 1) % count;
-                state.outstanding.send_modify(|n| *n += 1);
+                held.insert(
+                    number,
+                    Held {
+                        route,
+                        subscriber: subscriber.id,
+                        queued,
+                    },
+                );
+                outstanding.send_replace(held.len());
             }
             Err(TrySendError::Full(delivery) | TrySendError::Closed(delivery)) => {
-                // Never delivered: neither a return nor a requeue from the acker's drop (which
-                // would also deadlock on this lock).
-                armed.store(false, Ordering::SeqCst);
+                // Never delivered: its acker must not give it back (which would also deadlock
+                // on this lock).
+                settled.store(true, Ordering::SeqCst);
                 drop(delivery);
                 queue.ready.push_front(queued);
                 if subscriber.tx.is_closed() {
@@ -231,68 +292,48 @@ fn dispatch(shared: &Arc<Mutex<State>>, state: &mut State, route: Route) {
 
 struct MemoryAcker {
     state: Weak<Mutex<State>>,
-    route: Route,
-    subscriber: u64,
-    /// Taken by the first settlement.
-    queued: Mutex<Option<Queued>>,
-    /// Cleared when the delivery never reached the subscriber.
-    armed: Arc<AtomicBool>,
+    /// The key of this delivery in [`State::held`].
+    delivery: u64,
+    /// Set by the first settlement, or when the delivery never reached the subscriber.
+    settled: Arc<AtomicBool>,
 }
 
 impl MemoryAcker {
     fn settle(&self, action: &str, requeue: bool) -> Result<AckStatus, BrokerError> {
-        let queued = self
-            .queued
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-            .ok_or_else(|| {
-                BrokerError::Other(format!(
-                    "{action} of a delivery that was already acknowledged or requeued; settle \
-                     each delivery exactly once"
-                ))
-            })?;
+        if self.settled.swap(true, Ordering::SeqCst) {
+            return Err(BrokerError::Other(format!(
+                "{action} of a delivery that was already acknowledged or requeued; settle each \
+                 delivery exactly once"
+            )));
+        }
+        Ok(self.finish(requeue))
+    }
+
+    /// Stale when shutdown already took the delivery back (or the broker is gone): it is queued
+    /// again whatever the caller meant, as on RabbitMQ after the channel closed.
+    fn finish(&self, requeue: bool) -> AckStatus {
         let Some(shared) = self.state.upgrade() else {
-            return Ok(AckStatus::Stale);
+            return AckStatus::Stale;
         };
         let mut state = lock(&shared);
-        settle(
-            &shared,
-            &mut state,
-            self.route,
-            self.subscriber,
-            queued,
-            requeue,
-        );
-        Ok(AckStatus::Done)
-    }
-}
-
-fn settle(
-    shared: &Arc<Mutex<State>>,
-    state: &mut State,
-    route: Route,
-    subscriber: u64,
-    mut queued: Queued,
-    requeue: bool,
-) {
-    let limit = state.delivery_limit;
-    state.outstanding.send_modify(|n| *n = n.saturating_sub(1));
-    let queue = state.routes.entry(route).or_default();
-    if let Some(s) = queue.subscribers.iter_mut().find(|s| s.id == subscriber) {
-        s.unsettled = s.unsettled.saturating_sub(1);
-    }
-    if requeue {
-        queued.returns += 1;
-        if queued.returns > limit {
-            state
-                .dead
-                .push((queued.message, DELIVERY_LIMIT_REASON.to_owned()));
-        } else {
-            queue.ready.push_front(queued);
+        let Some(held) = state.held.remove(&self.delivery) else {
+            return AckStatus::Stale;
+        };
+        let left = state.held.len();
+        state.outstanding.send_replace(left);
+        if let Some(subscriber) = state
+            .routes
+            .get_mut(&held.route)
+            .and_then(|r| r.subscribers.iter_mut().find(|s| s.id == held.subscriber))
+        {
+            subscriber.unsettled = subscriber.unsettled.saturating_sub(1);
         }
+        if requeue {
+            state.give_back(held.route, held.queued);
+        }
+        dispatch(&shared, &mut state, held.route);
+        AckStatus::Done
     }
-    dispatch(shared, state, route);
 }
 
 impl Acknowledge for MemoryAcker {
@@ -306,25 +347,11 @@ impl Acknowledge for MemoryAcker {
 }
 
 impl Drop for MemoryAcker {
+    /// A delivery dropped without being settled goes back at once (and counts toward the delivery
+    /// limit), as on RabbitMQ.
     fn drop(&mut self) {
-        if !self.armed.load(Ordering::SeqCst) {
-            return;
-        }
-        let queued = self
-            .queued
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let (Some(queued), Some(shared)) = (queued, self.state.upgrade()) {
-            let mut state = lock(&shared);
-            settle(
-                &shared,
-                &mut state,
-                self.route,
-                self.subscriber,
-                queued,
-                true,
-            );
+        if !self.settled.swap(true, Ordering::SeqCst) {
+            self.finish(true);
         }
     }
 }
@@ -345,11 +372,7 @@ impl Broker for MemoryBroker {
         delay: Duration,
     ) -> BoxFuture<'a, Result<(), BrokerError>> {
         Box::pin(async move {
-            if self.lock().shut_down {
-                return Err(BrokerError::Closed(
-                    "the in-memory broker was shut down".to_owned(),
-                ));
-            }
+            self.lock().refuse_when_closed()?;
             let broker = self.clone();
             let message = message.clone();
             tokio::spawn(async move {
@@ -362,17 +385,20 @@ impl Broker for MemoryBroker {
         })
     }
 
+    /// Keeps the message as it was published, with `reason` beside it: there is no wire to
+    /// carry [`DEAD_LETTER_REASON_HEADER`], and [`MemoryBroker::dead_letters`] reads back what
+    /// `AmqpBroker::take_dead_letters` does.
     fn dead_letter<'a>(
         &'a self,
         message: &'a Message,
         reason: &'a str,
     ) -> BoxFuture<'a, Result<(), BrokerError>> {
         Box::pin(async move {
+            let mut state = self.lock();
+            state.refuse_when_closed()?;
             let mut message = message.clone();
-            message
-                .headers
-                .insert(DEAD_LETTER_REASON_HEADER.to_owned(), reason.to_owned());
-            self.lock().dead.push((message, reason.to_owned()));
+            message.headers.remove(DEAD_LETTER_REASON_HEADER);
+            state.dead.push((message, reason.to_owned()));
             Ok(())
         })
     }
@@ -389,9 +415,10 @@ impl Broker for MemoryBroker {
             };
             let (tx, rx) = mpsc::channel(limit);
             let mut state = self.lock();
-            if state.shut_down {
+            state.refuse_when_closed()?;
+            if state.phase == Phase::Stopped {
                 return Err(BrokerError::Closed(
-                    "the in-memory broker was shut down".to_owned(),
+                    "the in-memory broker is shutting down; no new subscriptions".to_owned(),
                 ));
             }
             let id = state.next_subscriber;
@@ -413,23 +440,37 @@ impl Broker for MemoryBroker {
     }
 
     fn health(&self) -> BrokerHealth {
-        let up = !self.lock().shut_down;
+        let phase = self.lock().phase;
         BrokerHealth {
-            connected: up,
-            consumers_alive: up,
+            connected: phase != Phase::Closed,
+            consumers_alive: phase == Phase::Open,
         }
     }
 
+    /// Stops the subscriptions, waits up to `grace` for held deliveries to be settled, then
+    /// closes and takes back what is still held (to the front of its queue, counted as a return),
+    /// as RabbitMQ does when the connection closes.
     fn shutdown(&self, grace: Duration) -> BoxFuture<'_, usize> {
         Box::pin(async move {
             self.stop();
             let mut outstanding = self.lock().outstanding.subscribe();
             let _ = tokio::time::timeout(grace, outstanding.wait_for(|n| *n == 0)).await;
-            *outstanding.borrow()
+            let mut state = self.lock();
+            state.phase = Phase::Closed;
+            let held = std::mem::take(&mut state.held);
+            let left = held.len();
+            // Newest first, so that the oldest ends up at the front.
+            for (_, held) in held.into_iter().rev() {
+                state.give_back(held.route, held.queued);
+            }
+            state.outstanding.send_replace(0);
+            left
         })
     }
 }
 
+/// What only the memory broker promises; everything both brokers promise is in the conformance
+/// suite, `backends/tests/broker.rs`.
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -465,61 +506,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn fifo_with_headers_and_first_delivery_counts() {
+    async fn depth_and_unsettled_count_what_waits_and_what_is_held() {
         let broker = MemoryBroker::new();
         for b in ["a", "b", "c"] {
             broker.publish(INTERACTIVE, &message(b)).await.unwrap();
         }
         assert_eq!(broker.depth(INTERACTIVE), 3);
-        let mut deliveries = broker.consume(INTERACTIVE, 10).await.unwrap();
-        for b in ["a", "b", "c"] {
-            let d = ready(&mut deliveries);
-            assert_eq!(body(&d), b);
-            assert_eq!(d.message, message(b));
-            assert!(!d.redelivered);
-            assert_eq!(d.delivery_count, Some(0));
-            assert_eq!(d.acker.ack().await.unwrap(), AckStatus::Done);
-        }
-        assert_eq!(broker.depth(INTERACTIVE), 0);
-        assert_eq!(broker.unsettled(INTERACTIVE), 0);
-    }
-
-    #[tokio::test]
-    async fn routes_are_separate_queues() {
-        let broker = MemoryBroker::new();
-        broker
-            .publish(Route::Stages(Priority::Bulk), &message("bulk"))
-            .await
-            .unwrap();
-        broker
-            .publish(Route::Results, &message("result"))
-            .await
-            .unwrap();
-        let mut interactive = broker.consume(INTERACTIVE, 1).await.unwrap();
-        assert!(nothing(&mut interactive));
-        let mut results = broker.consume(Route::Results, 1).await.unwrap();
-        assert_eq!(body(&ready(&mut results)), "result");
-        assert_eq!(broker.depth(Route::Stages(Priority::Bulk)), 1);
-    }
-
-    #[tokio::test]
-    async fn prefetch_limits_unsettled_deliveries() {
-        let broker = MemoryBroker::new();
-        for n in 0..5 {
-            broker
-                .publish(INTERACTIVE, &message(&n.to_string()))
-                .await
-                .unwrap();
-        }
         let mut deliveries = broker.consume(INTERACTIVE, 2).await.unwrap();
-        let first = ready(&mut deliveries);
-        let _second = ready(&mut deliveries);
-        assert!(nothing(&mut deliveries));
-        assert_eq!(broker.unsettled(INTERACTIVE), 2);
-        first.acker.ack().await.unwrap();
-        let third = ready(&mut deliveries);
-        assert_eq!(body(&third), "2");
-        assert!(nothing(&mut deliveries));
+        assert_eq!(
+            (broker.depth(INTERACTIVE), broker.unsettled(INTERACTIVE)),
+            (1, 2)
+        );
+        ready(&mut deliveries).acker.ack().await.unwrap();
+        assert_eq!(
+            (broker.depth(INTERACTIVE), broker.unsettled(INTERACTIVE)),
+            (0, 2)
+        );
+        ready(&mut deliveries).acker.requeue().await.unwrap();
+        assert_eq!(
+            (broker.depth(INTERACTIVE), broker.unsettled(INTERACTIVE)),
+            (0, 2)
+        );
     }
 
     #[tokio::test]
@@ -534,67 +541,6 @@ mod tests {
         assert_eq!(body(&again), "a");
         assert!(again.redelivered);
         assert_eq!(again.delivery_count, Some(1));
-        assert_eq!(again.message, message("a"));
-    }
-
-    #[tokio::test]
-    async fn settling_twice_is_an_error() {
-        let broker = MemoryBroker::new();
-        broker.publish(INTERACTIVE, &message("a")).await.unwrap();
-        let mut deliveries = broker.consume(INTERACTIVE, 1).await.unwrap();
-        let d = ready(&mut deliveries);
-        d.acker.ack().await.unwrap();
-        assert!(matches!(d.acker.ack().await, Err(BrokerError::Other(_))));
-        assert!(matches!(
-            d.acker.requeue().await,
-            Err(BrokerError::Other(_))
-        ));
-    }
-
-    #[tokio::test]
-    async fn poison_is_dead_lettered_after_the_delivery_limit() {
-        let broker = MemoryBroker::with_delivery_limit(2);
-        broker
-            .publish(INTERACTIVE, &message("poison"))
-            .await
-            .unwrap();
-        let mut deliveries = broker.consume(INTERACTIVE, 1).await.unwrap();
-        for count in 0..=2 {
-            let d = ready(&mut deliveries);
-            assert_eq!(d.delivery_count, Some(count));
-            d.acker.requeue().await.unwrap();
-        }
-        assert!(nothing(&mut deliveries));
-        assert_eq!(broker.depth(INTERACTIVE), 0);
-        assert_eq!(
-            broker.dead_letters(),
-            vec![(message("poison"), DELIVERY_LIMIT_REASON.to_owned())]
-        );
-    }
-
-    #[tokio::test]
-    async fn explicit_dead_letter_keeps_headers_and_reason() {
-        let broker = MemoryBroker::new();
-        broker
-            .dead_letter(&message("bad"), "wire version 9 is not supported")
-            .await
-            .unwrap();
-        let dead = broker.dead_letters();
-        assert_eq!(dead.len(), 1);
-        let (dead_message, reason) = &dead[0];
-        assert_eq!(reason, "wire version 9 is not supported");
-        assert_eq!(dead_message.body, b"bad");
-        assert_eq!(
-            dead_message.headers.get("traceparent").map(String::as_str),
-            Some("tp-bad")
-        );
-        assert_eq!(
-            dead_message
-                .headers
-                .get(DEAD_LETTER_REASON_HEADER)
-                .map(String::as_str),
-            Some("wire version 9 is not supported")
-        );
     }
 
     #[tokio::test]
@@ -636,19 +582,8 @@ mod tests {
         assert_eq!(body(&b), "b");
     }
 
-    #[tokio::test]
-    async fn a_dropped_delivery_comes_back() {
-        let broker = MemoryBroker::new();
-        broker.publish(INTERACTIVE, &message("a")).await.unwrap();
-        let mut deliveries = broker.consume(INTERACTIVE, 1).await.unwrap();
-        drop(ready(&mut deliveries));
-        let again = ready(&mut deliveries);
-        assert_eq!(body(&again), "a");
-        assert!(again.redelivered);
-    }
-
     #[tokio::test(start_paused = true)]
-    async fn delayed_messages_arrive_after_the_delay_on_tokio_time() {
+    async fn delayed_messages_arrive_after_exactly_the_delay_on_tokio_time() {
         let broker = MemoryBroker::new();
         let mut deliveries = broker.consume(INTERACTIVE, 1).await.unwrap();
         let start = tokio::time::Instant::now();
@@ -664,19 +599,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn shutdown_ends_subscriptions_but_held_deliveries_settle() {
+    async fn stop_ends_subscriptions_while_publishing_and_settling_go_on() {
         let broker = MemoryBroker::new();
         broker.publish(INTERACTIVE, &message("a")).await.unwrap();
         broker.publish(INTERACTIVE, &message("b")).await.unwrap();
         let mut deliveries = broker.consume(INTERACTIVE, 1).await.unwrap();
         let a = deliveries.next().await.unwrap();
-        assert!(broker.health().connected);
         broker.stop();
         assert!(deliveries.next().await.is_none());
-        assert_eq!(a.acker.ack().await.unwrap(), AckStatus::Done);
-        assert_eq!(broker.depth(INTERACTIVE), 1);
-        assert!(broker.publish(INTERACTIVE, &message("c")).await.is_err());
         assert!(broker.consume(INTERACTIVE, 1).await.is_err());
-        assert!(!broker.health().connected);
+        assert_eq!(a.acker.ack().await.unwrap(), AckStatus::Done);
+        broker.publish(INTERACTIVE, &message("c")).await.unwrap();
+        assert_eq!(broker.depth(INTERACTIVE), 2);
+        let health = broker.health();
+        assert!(health.connected && !health.consumers_alive);
     }
 }

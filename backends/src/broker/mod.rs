@@ -1,6 +1,7 @@
 //! The message broker behind one small trait (SPEC Q1): stage requests out to workers, stage
 //! results back to the scheduler, delayed retries and dead letters. [`amqp`] is RabbitMQ (lapin);
-//! [`memory`] is the in-process broker of `verdict dev` and unit tests.
+//! [`memory`] is the in-process broker of `verdict dev` and unit tests. Both pass one conformance
+//! suite (`backends/tests/broker.rs`): what the docs here promise, it checks on both.
 //!
 //! **Invariant:** only `broker::amqp` knows AMQP; everything else speaks [`Broker`].
 
@@ -36,13 +37,18 @@ pub struct Message {
 /// The header a dead-lettered message carries: why it was dead-lettered.
 pub const DEAD_LETTER_REASON_HEADER: &str = "x-verdict-dead-letter-reason";
 
+/// The reason of a message dead-lettered because it came back more often than the delivery limit
+/// allows: RabbitMQ's own word for it (`x-first-death-reason`), used by every broker.
+pub const DELIVERY_LIMIT_REASON: &str = "delivery_limit";
+
 /// What happened to an acknowledgement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckStatus {
     /// The broker has it.
     Done,
-    /// The channel was recovered since the delivery: the ack could not be sent and the broker
-    /// will redeliver the message (handlers are idempotent, SPEC E7).
+    /// The channel was recovered since the delivery, or shutdown already took the delivery back:
+    /// the settlement changed nothing and the broker will redeliver the message (handlers are
+    /// idempotent, SPEC E7).
     Stale,
 }
 
@@ -54,7 +60,8 @@ pub trait Acknowledge: Send + Sync {
     fn requeue(&self) -> BoxFuture<'_, Result<AckStatus, BrokerError>>;
 }
 
-/// One received message with what is needed to settle it.
+/// One received message with what is needed to settle it. Settle it exactly once; a delivery
+/// dropped unsettled goes back to its queue at once, counted like a requeue.
 pub struct Delivery {
     pub message: Message,
     /// The broker says it may have been delivered before (RabbitMQ's `redelivered` flag).
@@ -77,7 +84,8 @@ impl fmt::Debug for Delivery {
 
 /// A live subscription: deliveries arrive through a channel fed by the broker's own task, which
 /// also survives reconnects. `None` from [`Deliveries::next`] means the subscription ended for
-/// good (shutdown), never a transient loss.
+/// good (shutdown), never a transient loss. Dropping it unsubscribes: deliveries not yet received
+/// go back to the queue, those received can still be settled.
 #[derive(Debug)]
 pub struct Deliveries {
     rx: tokio::sync::mpsc::Receiver<Delivery>,
@@ -121,8 +129,9 @@ pub enum BrokerError {
 /// Liveness of the broker connection and its consumers, for readiness probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BrokerHealth {
+    /// Connected to the broker; false while reconnecting and once shutdown closed it.
     pub connected: bool,
-    /// Every subscription has a live consumer on the broker.
+    /// Every subscription has a live consumer on the broker; false from the start of shutdown.
     pub consumers_alive: bool,
 }
 
@@ -137,8 +146,9 @@ pub trait Broker: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<(), BrokerError>>;
 
     /// Publishes so that the message reaches `route` after about `delay` (delay queues with a TTL
-    /// that dead-letter back), without holding a consumer slot. The delay is rounded up to the
-    /// broker's nearest delay bucket.
+    /// that dead-letter back), without holding a consumer slot, as a first delivery. Never before
+    /// `delay`: RabbitMQ rounds it up to its next delay bucket (only a delay beyond the longest
+    /// bucket is cut to it), the memory broker waits exactly. A zero delay publishes at once.
     fn publish_delayed<'a>(
         &'a self,
         route: Route,
@@ -148,7 +158,8 @@ pub trait Broker: Send + Sync + fmt::Debug {
 
     /// Moves a message to the dead-letter queue with `reason` recorded in
     /// [`DEAD_LETTER_REASON_HEADER`] (poison messages, SPEC Q1/R2). The caller acks the original
-    /// afterwards.
+    /// afterwards. A message requeued more often than the delivery limit allows is dead-lettered
+    /// by the broker itself, with reason [`DELIVERY_LIMIT_REASON`].
     fn dead_letter<'a>(
         &'a self,
         message: &'a Message,
@@ -156,7 +167,8 @@ pub trait Broker: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<(), BrokerError>>;
 
     /// Subscribes to `route` with `prefetch` unacknowledged deliveries at most (SPEC Q1: prefetch
-    /// equals the consumer's concurrency).
+    /// equals the consumer's concurrency). Messages on one route arrive in publish order;
+    /// several subscriptions on one route share its messages, each delivered to one of them.
     fn consume(
         &self,
         route: Route,
@@ -165,8 +177,10 @@ pub trait Broker: Send + Sync + fmt::Debug {
 
     fn health(&self) -> BrokerHealth;
 
-    /// Ends the process's use of the broker (SPEC Q4): every subscription stops, deliveries
-    /// already handed out may still be settled for up to `grace`, then the broker is closed.
-    /// Returns how many deliveries were left unsettled; the broker redelivers those.
+    /// Ends the process's use of the broker (SPEC Q4): every subscription stops and no new one is
+    /// taken; for up to `grace`, deliveries already handed out may still be settled and
+    /// publishing goes on (results go out before acks); then the broker is closed and refuses
+    /// everything. Returns how many deliveries were left unsettled; the broker takes those back
+    /// and redelivers them (settling one afterwards is [`AckStatus::Stale`]).
     fn shutdown(&self, grace: Duration) -> BoxFuture<'_, usize>;
 }

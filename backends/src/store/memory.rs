@@ -46,7 +46,7 @@ struct State {
     sets: HashMap<String, BTreeSet<String>>,
     inputs: HashMap<String, Vec<u8>>,
     journal: HashMap<String, ChatResponse>,
-    /// In the order they were stored.
+    /// In the order they were first stored; one per task, stage and attempt.
     transcripts: Vec<Transcript>,
 }
 
@@ -102,6 +102,20 @@ impl MemoryStore {
     /// Every stored transcript, in the order they were stored.
     pub fn transcripts(&self) -> Vec<Transcript> {
         self.state().transcripts.clone()
+    }
+
+    /// The transcripts of a task, oldest attempt first, as `RedisStore::transcripts_of` reads
+    /// them.
+    pub fn transcripts_of(&self, task_id: &str) -> Vec<Transcript> {
+        let mut transcripts: Vec<Transcript> = self
+            .state()
+            .transcripts
+            .iter()
+            .filter(|t| t.task_id == task_id)
+            .cloned()
+            .collect();
+        transcripts.sort_by(super::reading_order);
+        transcripts
     }
 
     /// How many responses the journal holds.
@@ -415,7 +429,15 @@ impl ResponseJournal for MemoryStore {
 
 impl TranscriptStore for MemoryStore {
     fn put(&self, transcript: Transcript) -> BoxFuture<'_, Result<(), TranscriptError>> {
-        self.state().transcripts.push(transcript);
+        let mut state = self.state();
+        match state
+            .transcripts
+            .iter_mut()
+            .find(|stored| super::same_attempt(stored, &transcript))
+        {
+            Some(stored) => *stored = transcript,
+            None => state.transcripts.push(transcript),
+        }
         Box::pin(async { Ok(()) })
     }
 }

@@ -22,6 +22,7 @@ pub use events::{EventSink, event};
 pub use inputs::{InputError, InputStore, ResolvedInput, content_hash, resolve};
 pub use journal::{JournalError, ResponseJournal};
 pub use transcripts::{TranscriptError, TranscriptStore};
+use transcripts::{reading_order, same_attempt};
 
 /// A store failure. `Unavailable` is transient (reconnecting, timed out): callers retry or leave
 /// the message unacknowledged; `Corrupt` is data that cannot be decoded; `Config` is a setting

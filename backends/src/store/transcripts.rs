@@ -12,6 +12,18 @@ pub struct TranscriptError(pub String);
 
 /// Where transcripts are kept for their retention period.
 pub trait TranscriptStore: Send + Sync + std::fmt::Debug {
-    /// Stores a transcript that has already been redacted.
+    /// Stores a transcript that has already been redacted: one per task, stage and attempt, a
+    /// later one for the same attempt (a redelivery) replacing the earlier.
     fn put(&self, transcript: Transcript) -> BoxFuture<'_, Result<(), TranscriptError>>;
+}
+
+/// The order a task's transcripts are read back in, on every store: by start, then stage, then
+/// attempt.
+pub(crate) fn reading_order(a: &Transcript, b: &Transcript) -> std::cmp::Ordering {
+    (a.started_unix_ms, &a.stage_id, a.attempt).cmp(&(b.started_unix_ms, &b.stage_id, b.attempt))
+}
+
+/// Whether two transcripts are of the same attempt (and so the later replaces the earlier).
+pub(crate) fn same_attempt(a: &Transcript, b: &Transcript) -> bool {
+    (&a.task_id, &a.stage_id, a.attempt) == (&b.task_id, &b.stage_id, b.attempt)
 }

@@ -3,6 +3,11 @@
 //! deleted, node failover): it re-declares and consumes again instead of ending the stream, which
 //! ends only on shutdown (SPEC Q1, Q4, Q5; lapin issues #389/#420 are why "the stream ended" is
 //! never taken as "done").
+//!
+//! A subscription the application drops stops its consumer but keeps its channel open until every
+//! delivery it handed out is settled (a worker drops its subscriptions first and finishes its
+//! stages afterwards); a delivery dropped unsettled is rejected back to its queue at once rather
+//! than holding a prefetch slot until the channel closes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,7 +53,8 @@ struct Live {
 enum End {
     /// Shutdown: stop consuming, keep the channel so held deliveries can still be settled.
     Stopped,
-    /// The application dropped its [`Deliveries`].
+    /// The application dropped its [`Deliveries`]; the deliveries it holds are still settled on
+    /// this channel.
     Unsubscribed,
     /// The broker cancelled the consumer (queue deleted, …).
     Cancelled,
@@ -142,6 +148,8 @@ async fn run(
     first: Live,
 ) {
     let queue = shared.topology.queue(subscription.route);
+    // Deliveries of this subscription handed out and not yet settled or dropped.
+    let held = Arc::new(watch::Sender::new(0));
     let mut delays = retry_delays(&shared);
     let mut next = Some(first);
     let mut redeclare = false;
@@ -169,7 +177,12 @@ async fn run(
             channel,
             mut consumer,
         } = live;
-        let end = pump(&shared, &mut consumer, &tx, &queue).await;
+        let end = pump(&shared, &mut consumer, &tx, &queue, &held).await;
+        if matches!(end, End::Unsubscribed) {
+            // Health stops counting it first, so it never looks like a dead consumer while the
+            // deliveries it handed out are settled.
+            subscription.finished.store(true, Ordering::SeqCst);
+        }
         subscription.alive.store(false, Ordering::SeqCst);
         match end {
             End::Stopped => {
@@ -184,8 +197,7 @@ async fn run(
                 break;
             }
             End::Unsubscribed => {
-                let close = channel.close(200, "unsubscribed".into());
-                let _ = tokio::time::timeout(super::GOODBYE_TIMEOUT, close).await;
+                unsubscribe(&shared, channel, consumer, &held).await;
                 break;
             }
             End::Cancelled => {
@@ -263,12 +275,55 @@ async fn reopen(
     }
 }
 
+/// Stops the consumer of a subscription the application dropped: what RabbitMQ sent but the
+/// application never received goes back to the queue, and the channel stays open until the
+/// deliveries the application holds are settled (or shutdown parks it).
+async fn unsubscribe(
+    shared: &Shared,
+    channel: Channel,
+    mut consumer: Consumer,
+    held: &watch::Sender<usize>,
+) {
+    let cancel = channel.basic_cancel(consumer.tag(), BasicCancelOptions::default());
+    let _ = tokio::time::timeout(super::GOODBYE_TIMEOUT, cancel).await;
+    // After the cancel, the stream yields what was already in lapin's buffer, then ends.
+    let give_back = async {
+        while let Some(Ok(delivery)) = consumer.next().await {
+            let _ = delivery
+                .acker
+                .reject(BasicRejectOptions { requeue: true })
+                .await;
+        }
+    };
+    let _ = tokio::time::timeout(super::GOODBYE_TIMEOUT, give_back).await;
+    let mut settled = held.subscribe();
+    let all_settled = async {
+        let _ = settled.wait_for(|n| *n == 0).await;
+    };
+    let shutting_down = tokio::select! {
+        () = all_settled => false,
+        () = shared.stop_consuming.cancelled() => true,
+    };
+    if shutting_down {
+        // The held deliveries are settled within the shutdown grace, on this channel.
+        shared
+            .parked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(channel);
+    } else {
+        let close = channel.close(200, "unsubscribed".into());
+        let _ = tokio::time::timeout(super::GOODBYE_TIMEOUT, close).await;
+    }
+}
+
 /// Moves deliveries from the consumer into the application's channel.
 async fn pump(
     shared: &Shared,
     consumer: &mut Consumer,
     tx: &mpsc::Sender<Delivery>,
     queue: &str,
+    held: &Arc<watch::Sender<usize>>,
 ) -> End {
     loop {
         let item = tokio::select! {
@@ -282,7 +337,7 @@ async fn pump(
             Some(Err(error)) => return End::Failed(error),
             Some(Ok(delivery)) => delivery,
         };
-        let delivery = to_delivery(shared, delivery, queue);
+        let delivery = to_delivery(shared, delivery, queue, held);
         tokio::select! {
             sent = tx.send(delivery) => if sent.is_err() { return End::Unsubscribed },
             // The unsent delivery is dropped unacked: the broker redelivers it.
@@ -291,7 +346,12 @@ async fn pump(
     }
 }
 
-fn to_delivery(shared: &Shared, delivery: lapin::message::Delivery, queue: &str) -> Delivery {
+fn to_delivery(
+    shared: &Shared,
+    delivery: lapin::message::Delivery,
+    queue: &str,
+    held: &Arc<watch::Sender<usize>>,
+) -> Delivery {
     let lapin::message::Delivery {
         redelivered,
         properties,
@@ -309,25 +369,33 @@ fn to_delivery(shared: &Shared, delivery: lapin::message::Delivery, queue: &str)
         acker: Box::new(AmqpAcker {
             acker,
             queue: queue.to_owned(),
-            unsettled: Mutex::new(Some(Unsettled::new(Arc::clone(&shared.outstanding)))),
+            unsettled: Mutex::new(Some(Unsettled::new([
+                Arc::clone(&shared.outstanding),
+                Arc::clone(held),
+            ]))),
         }),
     }
 }
 
-/// Counts a delivery as outstanding until it is settled or dropped, so shutdown knows when the
-/// application is done with everything it received.
-struct Unsettled(Arc<watch::Sender<usize>>);
+/// Counts a delivery as outstanding, for the broker and for its subscription, until it is settled
+/// or dropped, so shutdown and an unsubscribed channel know when the application is done with
+/// everything it received.
+struct Unsettled([Arc<watch::Sender<usize>>; 2]);
 
 impl Unsettled {
-    fn new(outstanding: Arc<watch::Sender<usize>>) -> Unsettled {
-        outstanding.send_modify(|n| *n += 1);
-        Unsettled(outstanding)
+    fn new(counters: [Arc<watch::Sender<usize>>; 2]) -> Unsettled {
+        for counter in &counters {
+            counter.send_modify(|n| *n += 1);
+        }
+        Unsettled(counters)
     }
 }
 
 impl Drop for Unsettled {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n = n.saturating_sub(1));
+        for counter in &self.0 {
+            counter.send_modify(|n| *n = n.saturating_sub(1));
+        }
     }
 }
 
@@ -404,6 +472,31 @@ impl Acknowledge for AmqpAcker {
                 .await;
             self.status("requeue", result)
         })
+    }
+}
+
+impl Drop for AmqpAcker {
+    /// A delivery dropped unsettled (a handler that panicked, a subscription dropped with
+    /// deliveries still buffered) is rejected back to its queue at once; like a requeue, it counts
+    /// toward the delivery limit. Without a runtime to send the reject, closing the channel gives
+    /// it back later.
+    fn drop(&mut self) {
+        let unsettled = self
+            .unsettled
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let (Some(unsettled), Ok(runtime)) = (unsettled, tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let acker = self.acker.clone();
+        runtime.spawn(async move {
+            let reject = acker.reject(BasicRejectOptions { requeue: true });
+            let _ = tokio::time::timeout(super::GOODBYE_TIMEOUT, reject).await;
+            // Settled only now, so an unsubscribed channel is not closed under the reject.
+            drop(unsettled);
+        });
     }
 }
 

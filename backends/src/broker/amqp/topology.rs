@@ -6,7 +6,7 @@
 //!                                                 ─ bulk ────────▶ {prefix}.stages.bulk
 //!                                                 ─ results ─────▶ {prefix}.results (exchange)
 //!  publish(Results) ───▶ {prefix}.results (direct) ─ results ─────▶ {prefix}.results (queue)
-//!  publish_delayed ────▶ {prefix}.delay (headers, x-verdict-delay-ms) ─▶ {prefix}.delay.<ms>
+//!  publish_delayed ────▶ {prefix}.delay (headers, verdict-delay-ms) ───▶ {prefix}.delay.<ms>
 //!                         … TTL expires: dead-lettered to {prefix}.stages, routing key kept
 //!  poison / dead_letter ▶ {prefix}.dlx (fanout) ─────────────────────▶ {prefix}.dead
 //! ```
@@ -26,8 +26,14 @@ use verdict_proto::wire::Priority;
 use super::config::AmqpConfig;
 use crate::broker::{BrokerError, Route};
 
-/// The header that selects a delay queue on the `{prefix}.delay` headers exchange.
-pub(super) const DELAY_HEADER: &str = "x-verdict-delay-ms";
+/// The header that selects a delay queue on the `{prefix}.delay` headers exchange. Not `x-…`:
+/// a headers exchange ignores binding arguments starting with `x-` (unless `x-match` is
+/// `all-with-x`), so such a binding would match every message and copy it into every bucket.
+pub(super) const DELAY_HEADER: &str = "verdict-delay-ms";
+
+/// The header earlier versions bound the delay queues with; their bindings matched every message
+/// and are removed when the topology is declared.
+const LEGACY_DELAY_HEADER: &str = "x-verdict-delay-ms";
 
 /// Every name and argument of one deployment's topology.
 #[derive(Debug, Clone)]
@@ -178,10 +184,16 @@ impl Topology {
         for millis in &self.delay_buckets_ms {
             let name = self.delay_queue(*millis);
             queue(channel, &name, self.delay_queue_arguments(*millis)).await?;
-            let mut selector = FieldTable::default();
-            selector.insert("x-match".into(), string("all"));
-            selector.insert(DELAY_HEADER.into(), string(&millis.to_string()));
-            bind(channel, &name, &delay, "", selector).await?;
+            bind(channel, &name, &delay, "", selector(DELAY_HEADER, *millis)).await?;
+            channel
+                .queue_unbind(
+                    self::name(&name)?,
+                    self::name(&delay)?,
+                    ShortString::from(""),
+                    selector(LEGACY_DELAY_HEADER, *millis),
+                )
+                .await
+                .map_err(|e| refused("binding removal", &format!("{delay} → {name}"), &e))?;
         }
         Ok(())
     }
@@ -215,6 +227,14 @@ impl Topology {
         args.insert("x-overflow".into(), string("reject-publish"));
         args
     }
+}
+
+/// The headers-exchange binding arguments that select the bucket of `millis`.
+fn selector(header: &str, millis: u64) -> FieldTable {
+    let mut selector = FieldTable::default();
+    selector.insert("x-match".into(), string("all"));
+    selector.insert(header.into(), string(&millis.to_string()));
+    selector
 }
 
 fn quorum() -> FieldTable {

@@ -40,7 +40,7 @@ impl RedisStore {
     }
 
     /// The stored transcripts of a task, oldest attempt first; expired ones are simply absent.
-    pub async fn transcripts(&self, task_id: &str) -> Result<Vec<Transcript>, StoreError> {
+    pub async fn transcripts_of(&self, task_id: &str) -> Result<Vec<Transcript>, StoreError> {
         let index = self.key("transcripts", task_id);
         let keys: Vec<String> = self
             .query(
@@ -66,13 +66,7 @@ impl RedisStore {
             .zip(stored)
             .filter_map(|(key, bytes)| bytes.map(|b| decode::<Transcript>(key, &b)))
             .collect::<Result<Vec<_>, _>>()?;
-        transcripts.sort_by(|a, b| {
-            (a.started_unix_ms, &a.stage_id, a.attempt).cmp(&(
-                b.started_unix_ms,
-                &b.stage_id,
-                b.attempt,
-            ))
-        });
+        transcripts.sort_by(crate::store::reading_order);
         Ok(transcripts)
     }
 }

@@ -1,11 +1,17 @@
-//! The shared-state stores against the real Redis (127.0.0.1:6379) and in memory: each behaviour
-//! is one check function over the trait, run on both backends, so `verdict dev` behaves like
-//! production. Redis-only checks cover TTLs, stored-data corruption and outage recovery (on a
-//! private `redis-server` that the test kills and restarts).
+//! One conformance suite for the state stores: each behaviour is one check function over a store
+//! trait, run on `MemoryStore` and on `RedisStore` against the real Redis (127.0.0.1:6379), so
+//! `verdict dev` and the unit tests see what production sees. On both: claims and their expiry,
+//! first-write-wins results, ordered event streams that wake followers and are capped, cancel
+//! marks and notices, compare-and-set documents and id sets, content-addressed inputs, the
+//! response journal, and transcripts read back per task. Redis-only checks cover TTLs,
+//! stored-data corruption and outage recovery (on a private `redis-server` that the test kills
+//! and restarts).
 //!
 //! Every Redis test uses its own key prefix and deletes it afterwards, so tests run in parallel.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
+
+mod support;
 
 use std::future::Future;
 use std::process::{Child, Command, Stdio};
@@ -17,18 +23,17 @@ use tokio::time::{Instant, timeout};
 use verdict_backends::store::memory::MemoryStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_backends::store::{
-    CancelSignals, Claim, DocumentStore, EventLog, EventSink, InputStore, ResponseJournal,
-    ResultStore, StoreError, TranscriptStore, content_hash, event, resolve,
+    CancelSignals, Claim, DocumentStore, EventLog, EventSink, InputError, InputStore,
+    ResponseJournal, ResultStore, StoreError, TranscriptStore, content_hash, event, resolve,
 };
 use verdict_proto::chat::{ChatResponse, FinishReason, TokenUsage};
 use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::transcript::Transcript;
 use verdict_proto::wire::{EventType, InputContent, InputRef, StageKind, StageResult, Usage};
 
-const REDIS_URL: &str = "redis://127.0.0.1:6379";
+use support::wait::{PROMPTLY, eventually};
 
-/// Upper bound for anything that should happen "promptly"; generous for a loaded 2-core machine.
-const PROMPTLY: Duration = Duration::from_secs(10);
+const REDIS_URL: &str = "redis://127.0.0.1:6379";
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
@@ -131,19 +136,6 @@ fn stage_result(task: &str, stage: &str, finished: u64) -> StageResult {
         usage: Usage::default(),
         started_unix_ms: 1,
         finished_unix_ms: finished,
-    }
-}
-
-/// Polls `condition` until it holds, failing the test after `PROMPTLY`.
-async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + PROMPTLY;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -397,6 +389,142 @@ async fn check_sets(docs: &dyn DocumentStore) {
     assert!(docs.set_members("other").await.unwrap().is_empty());
 }
 
+async fn check_inputs(store: &dyn InputStore) {
+    let diff = b"diff --git a/x b/x\n+hello\n";
+    let sha = store.put(diff).await.unwrap();
+    assert_eq!(sha, content_hash(diff));
+    assert_eq!(store.get(&sha).await.unwrap().as_deref(), Some(&diff[..]));
+    // Content-addressed: the same bytes again are the same input.
+    assert_eq!(store.put(diff).await.unwrap(), sha);
+    assert_eq!(store.get(&"00".repeat(32)).await.unwrap(), None);
+    let binary = store.put(&[0xff, 0xfe]).await.unwrap();
+    let stored = |name: &str, sha256: &str, bytes: u64| InputRef {
+        name: name.into(),
+        content: InputContent::Stored {
+            sha256: sha256.into(),
+            bytes,
+        },
+    };
+    // Through the executor's resolver, verified by hash, in order, inline inputs as they are.
+    let inputs = [
+        InputRef {
+            name: "title".into(),
+            content: InputContent::Inline {
+                text: "Fix it".into(),
+            },
+        },
+        stored("diff", &sha, diff.len() as u64),
+    ];
+    let resolved = resolve(store, &inputs).await.unwrap();
+    let texts: Vec<_> = resolved
+        .iter()
+        .map(|r| (r.name.as_str(), r.text.as_bytes()))
+        .collect();
+    assert_eq!(texts, [("title", &b"Fix it"[..]), ("diff", &diff[..])]);
+    let missing = resolve(store, &[stored("diff", &"00".repeat(32), 1)]).await;
+    assert!(
+        matches!(&missing, Err(InputError::Missing { name, .. }) if name == "diff"),
+        "{missing:?}"
+    );
+    let not_text = resolve(store, &[stored("blob", &binary, 2)]).await;
+    assert!(
+        matches!(&not_text, Err(InputError::NotText { name }) if name == "blob"),
+        "{not_text:?}"
+    );
+}
+
+fn chat_response(content: &str) -> ChatResponse {
+    ChatResponse {
+        content: content.into(),
+        tool_calls: vec![],
+        finish: FinishReason::Stop,
+        usage: TokenUsage {
+            input_tokens: 12,
+            output_tokens: 34,
+        },
+        raw: "{}".into(),
+    }
+}
+
+async fn check_journal(journal: &dyn ResponseJournal) {
+    let key = "t/s/p/abc";
+    assert_eq!(journal.get(key).await.unwrap(), None);
+    let first = chat_response("<SAKURA_REVIEW>…");
+    journal.put(key, &first).await.unwrap();
+    assert_eq!(journal.get(key).await.unwrap(), Some(first));
+    // A later answer for the same call replaces the earlier one.
+    let second = chat_response("<SAKURA_REVIEW>again");
+    journal.put(key, &second).await.unwrap();
+    assert_eq!(journal.get(key).await.unwrap(), Some(second));
+    assert_eq!(journal.get("t/s/p/other").await.unwrap(), None);
+}
+
+fn transcript(task: &str, stage: &str, attempt: u32, started: u64) -> Transcript {
+    Transcript {
+        task_id: task.into(),
+        stage_id: stage.into(),
+        stage: StageKind::Reviewer,
+        attempt,
+        started_unix_ms: started,
+        finished_unix_ms: started + 1,
+        tools_offered: vec![],
+        entries: vec![],
+        usage: TokenUsage::default(),
+        outcome: None,
+    }
+}
+
+/// Transcripts are read back per task, oldest attempt first, one per attempt (a redelivered
+/// attempt's transcript replaces the earlier one). `read` is the backend's own read-back, which
+/// the trait leaves out: only operators read transcripts.
+async fn check_transcripts(
+    store: &dyn TranscriptStore,
+    read: impl AsyncFn(&str) -> Vec<Transcript>,
+) {
+    assert!(read("t8").await.is_empty());
+    for (stage, attempt, started) in [
+        ("reviewer-1", 2, 30),
+        ("reviewer-1", 1, 10),
+        ("summary", 1, 5),
+    ] {
+        store
+            .put(transcript("t8", stage, attempt, started))
+            .await
+            .unwrap();
+    }
+    store
+        .put(transcript("t8-other", "summary", 1, 1))
+        .await
+        .unwrap();
+    let order = |transcripts: &[Transcript]| -> Vec<(String, u32, u64)> {
+        transcripts
+            .iter()
+            .map(|t| (t.stage_id.clone(), t.attempt, t.finished_unix_ms))
+            .collect()
+    };
+    assert_eq!(
+        order(&read("t8").await),
+        [
+            ("summary".into(), 1, 6),
+            ("reviewer-1".into(), 1, 11),
+            ("reviewer-1".into(), 2, 31)
+        ]
+    );
+    let mut again = transcript("t8", "reviewer-1", 1, 10);
+    again.finished_unix_ms = 99;
+    store.put(again).await.unwrap();
+    assert_eq!(
+        order(&read("t8").await),
+        [
+            ("summary".into(), 1, 6),
+            ("reviewer-1".into(), 1, 99),
+            ("reviewer-1".into(), 2, 31)
+        ]
+    );
+    assert_eq!(read("t8-other").await.len(), 1);
+    assert!(read("t8-none").await.is_empty());
+}
+
 // ---------------------------------------------------------------------------------------------
 // The checks on both backends
 
@@ -500,101 +628,37 @@ async fn redis_documents() {
     assert_eq!(f.pttl("set:active").await, -1);
 }
 
+#[tokio::test]
+async fn memory_executor_stores() {
+    let store = MemoryStore::new();
+    check_inputs(&store).await;
+    check_journal(&store).await;
+    check_transcripts(&store, async |task: &str| store.transcripts_of(task)).await;
+}
+
+#[tokio::test]
+async fn redis_executor_stores() {
+    let f = RedisFixture::new().await;
+    check_inputs(&f.store).await;
+    check_journal(&f.store).await;
+    check_transcripts(&f.store, async |task: &str| {
+        f.store.transcripts_of(task).await.unwrap()
+    })
+    .await;
+    let diff = content_hash(b"diff --git a/x b/x\n+hello\n");
+    for key in [
+        format!("input:{diff}"),
+        "journal:t/s/p/abc".to_owned(),
+        "transcript:t8:reviewer-1:2".to_owned(),
+        "transcripts:t8".to_owned(),
+    ] {
+        let ttl = f.pttl(&key).await;
+        assert!(ttl > 0, "{key} TTL {ttl}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
-// Redis only: the executor's stores, TTLs, stored garbage
-
-#[tokio::test]
-async fn redis_inputs_round_trip_with_a_ttl() {
-    let f = RedisFixture::new().await;
-    let diff = b"diff --git a/x b/x\n+hello\n";
-    let sha = InputStore::put(&f.store, diff).await.unwrap();
-    assert_eq!(sha, content_hash(diff));
-    assert_eq!(
-        InputStore::get(&f.store, &sha).await.unwrap().as_deref(),
-        Some(&diff[..])
-    );
-    assert!(f.pttl(&format!("input:{sha}")).await > 0);
-    assert_eq!(
-        InputStore::get(&f.store, &"00".repeat(32)).await.unwrap(),
-        None
-    );
-    // Through the executor's resolver, verified by hash.
-    let inputs = [InputRef {
-        name: "diff".into(),
-        content: InputContent::Stored {
-            sha256: sha,
-            bytes: diff.len() as u64,
-        },
-    }];
-    let resolved = resolve(&f.store, &inputs).await.unwrap();
-    assert_eq!(resolved[0].text.as_bytes(), diff);
-}
-
-#[tokio::test]
-async fn redis_journal_round_trip_with_a_ttl() {
-    let f = RedisFixture::new().await;
-    let response = ChatResponse {
-        content: "<SAKURA_REVIEW>…".into(),
-        tool_calls: vec![],
-        finish: FinishReason::Stop,
-        usage: TokenUsage {
-            input_tokens: 12,
-            output_tokens: 34,
-        },
-        raw: "{}".into(),
-    };
-    assert_eq!(
-        ResponseJournal::get(&f.store, "t/s/p/abc").await.unwrap(),
-        None
-    );
-    ResponseJournal::put(&f.store, "t/s/p/abc", &response)
-        .await
-        .unwrap();
-    assert_eq!(
-        ResponseJournal::get(&f.store, "t/s/p/abc").await.unwrap(),
-        Some(response)
-    );
-    assert!(f.pttl("journal:t/s/p/abc").await > 0);
-}
-
-#[tokio::test]
-async fn redis_transcripts_are_kept_with_a_ttl_and_read_back() {
-    let f = RedisFixture::new().await;
-    let transcript = |stage: &str, attempt: u32, started: u64| Transcript {
-        task_id: "t8".into(),
-        stage_id: stage.into(),
-        stage: StageKind::Reviewer,
-        attempt,
-        started_unix_ms: started,
-        finished_unix_ms: started + 1,
-        tools_offered: vec![],
-        entries: vec![],
-        usage: TokenUsage::default(),
-        outcome: None,
-    };
-    assert!(f.store.transcripts("t8").await.unwrap().is_empty());
-    TranscriptStore::put(&f.store, transcript("reviewer-1", 2, 30))
-        .await
-        .unwrap();
-    TranscriptStore::put(&f.store, transcript("reviewer-1", 1, 10))
-        .await
-        .unwrap();
-    TranscriptStore::put(&f.store, transcript("summary", 1, 5))
-        .await
-        .unwrap();
-    let back = f.store.transcripts("t8").await.unwrap();
-    let order: Vec<_> = back
-        .iter()
-        .map(|t| (t.stage_id.as_str(), t.attempt))
-        .collect();
-    assert_eq!(
-        order,
-        [("summary", 1), ("reviewer-1", 1), ("reviewer-1", 2)]
-    );
-    assert!(f.pttl("transcript:t8:reviewer-1:2").await > 0);
-    assert!(f.pttl("transcripts:t8").await > 0);
-    assert!(f.store.transcripts("other").await.unwrap().is_empty());
-}
+// Redis only: stored garbage, an unreachable server
 
 #[tokio::test]
 async fn redis_garbage_is_reported_as_corrupt_not_unavailable() {
