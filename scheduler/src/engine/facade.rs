@@ -263,7 +263,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn readiness_names_each_backend_that_is_down() {
         let fx = Fixture::with_documents(Arc::new(Unreachable), Arc::new(MemoryStore::new()));
-        fx.broker.stop();
+        fx.broker.shutdown(std::time::Duration::ZERO).await;
 
         let readiness = scheduler(&fx).readiness().await;
 

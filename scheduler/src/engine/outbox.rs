@@ -156,7 +156,7 @@ mod tests {
     async fn a_refused_publication_leaves_the_stage_planned() {
         let fx = Fixture::new();
         let task = fx.started_unpublished_scan().await;
-        fx.broker.stop();
+        fx.broker.shutdown(std::time::Duration::ZERO).await;
 
         fx.parts
             .outbox
