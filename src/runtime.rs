@@ -178,7 +178,7 @@ impl Assembly {
 }
 
 /// The pipeline part of the configuration, as copied into each task.
-pub fn pipeline_settings(config: &Config) -> PipelineSettings {
+fn pipeline_settings(config: &Config) -> PipelineSettings {
     let stages = StageKind::ALL
         .into_iter()
         .filter_map(|kind| {
@@ -204,7 +204,7 @@ pub fn pipeline_settings(config: &Config) -> PipelineSettings {
     }
 }
 
-pub fn scheduler_settings(config: &Config) -> SchedulerSettings {
+fn scheduler_settings(config: &Config) -> SchedulerSettings {
     SchedulerSettings {
         pipeline: pipeline_settings(config),
         review_timeout: config.review_timeout,
@@ -215,7 +215,7 @@ pub fn scheduler_settings(config: &Config) -> SchedulerSettings {
     }
 }
 
-pub fn consumer_settings(config: &Config, worker_id: String) -> ConsumerSettings {
+fn consumer_settings(config: &Config, worker_id: String) -> ConsumerSettings {
     ConsumerSettings {
         worker_id,
         concurrency: u16::try_from(config.worker.concurrency).unwrap_or(u16::MAX),
@@ -244,7 +244,7 @@ pub fn process_id(role: Role) -> String {
 }
 
 /// The RabbitMQ settings of a process named `connection_name`.
-pub fn amqp_config(config: &Config, connection_name: &str) -> AmqpConfig {
+fn amqp_config(config: &Config, connection_name: &str) -> AmqpConfig {
     let mut c = AmqpConfig::new(config.broker.url.clone());
     c.prefix = config.broker.prefix.clone();
     c.delivery_limit = config.broker.delivery_limit;
@@ -253,7 +253,7 @@ pub fn amqp_config(config: &Config, connection_name: &str) -> AmqpConfig {
 }
 
 /// The Redis settings.
-pub fn redis_config(config: &Config) -> RedisConfig {
+fn redis_config(config: &Config) -> RedisConfig {
     let mut c = RedisConfig::new(config.redis.url.clone());
     c.prefix = config.redis.prefix.clone();
     c.result_ttl = config.redis.result_ttl;
@@ -267,7 +267,7 @@ const CACHE_SLOTS: usize = 64;
 
 /// The repository cache settings of process role `role` in slot `slot` (1-based) under
 /// `worker.cache_dir`: `<role>` for the first process, `<role>-<slot>` for the others.
-pub fn git_config(config: &Config, role: Role, slot: usize) -> GitSourceConfig {
+fn git_config(config: &Config, role: Role, slot: usize) -> GitSourceConfig {
     let name = match slot {
         0 | 1 => role.as_str().to_owned(),
         n => format!("{}-{n}", role.as_str()),
@@ -307,4 +307,50 @@ pub async fn open_repositories(
         .map_err(|e| failed(e.to_string()))?
         .map_err(|e| failed(e.to_string()))?;
     Ok(Arc::new(source))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// The configured timings reach the parts that use them (not only the parsed `Config`).
+    #[test]
+    fn configured_timings_reach_the_scheduler_and_the_consumer() {
+        let env = [
+            ("VERDICT_SCHEDULER__SWEEP_INTERVAL_SECONDS", "7"),
+            ("VERDICT_SCHEDULER__STALL_AFTER_SECONDS", "11"),
+            ("VERDICT_WORKER__CLAIM_TTL_SECONDS", "13"),
+            ("VERDICT_WORKER__SHUTDOWN_GRACE_SECONDS", "17"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let config = Config::load(None, &env).unwrap();
+
+        let scheduler = scheduler_settings(&config);
+        assert_eq!(scheduler.sweep_interval, Duration::from_secs(7));
+        assert_eq!(scheduler.stall_after, Duration::from_secs(11));
+
+        let consumer = consumer_settings(&config, "w".to_owned());
+        assert_eq!(consumer.claim_ttl, Duration::from_secs(13));
+        assert_eq!(consumer.shutdown_grace, Duration::from_secs(17));
+    }
+
+    #[test]
+    fn each_cache_slot_of_a_role_is_its_own_directory() {
+        let config = Config::load(None, &[]).unwrap();
+        let root = &config.worker.cache_dir;
+        assert_eq!(
+            git_config(&config, Role::Worker, 1).cache_dir,
+            root.join("worker")
+        );
+        assert_eq!(
+            git_config(&config, Role::Worker, 3).cache_dir,
+            root.join("worker-3")
+        );
+        assert_eq!(
+            git_config(&config, Role::Dev, 1).cache_dir,
+            root.join("dev")
+        );
+    }
 }

@@ -25,6 +25,9 @@
 //!    - any other `D/f.rs` is named when one bullet contains both `` `D/` `` and `` `f.rs` ``.
 //! 3. **Every Rust file says why it exists.** The first line of every `.rs` file — library
 //!    modules, binaries, tests, benches and fuzz targets alike — starts with `//!`.
+//! 4. **Dependencies point one way.** `proto` depends on no verdict crate and no I/O crate;
+//!    `backends` on `proto` only; `worker` and `scheduler` never on each other, not even for their
+//!    tests; `lapin` and `redis` appear in `backends/Cargo.toml` alone.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
@@ -437,4 +440,103 @@ fn the_naming_rule_needs_directory_and_file_in_one_bullet() {
     // `amqp/` alone is not the full path, and `config.rs` sits in another directory's bullet.
     assert!(!section.names("amqp/config.rs") && !section.names("broker/config.rs"));
     assert!(!section.names("main.rs") && !section.names("repo/mod.rs"));
+}
+
+/// The dependency names of each `[dependencies]`/`[dev-dependencies]`-like table of a manifest,
+/// keyed by table name.
+fn manifest_dependencies(text: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut tables: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(header) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            current = header.ends_with("dependencies").then(|| header.to_owned());
+            continue;
+        }
+        let Some(table) = &current else { continue };
+        let name = line.split(['=', '.', ' ']).next().unwrap_or("").trim();
+        if !name.is_empty() && !name.starts_with('#') {
+            tables
+                .entry(table.clone())
+                .or_default()
+                .insert(name.to_owned());
+        }
+    }
+    tables
+}
+
+#[test]
+fn dependencies_point_one_way() {
+    let root = root();
+    let manifest = |dir: &str| manifest_dependencies(&read(&root, &format!("{dir}/Cargo.toml")));
+    let all = |dir: &str| -> BTreeSet<String> { manifest(dir).into_values().flatten().collect() };
+    let normal = |dir: &str| manifest(dir).remove("dependencies").unwrap_or_default();
+    let mut problems = Vec::new();
+    let forbid = |dir: &str, deps: &BTreeSet<String>, banned: &[&str], why: &str| {
+        banned
+            .iter()
+            .filter(|b| deps.contains(**b))
+            .map(|b| format!("{dir}/Cargo.toml depends on `{b}`: {why}"))
+            .collect::<Vec<_>>()
+    };
+    let verdict = |deps: &BTreeSet<String>| -> BTreeSet<String> {
+        deps.iter()
+            .filter(|d| d.starts_with("verdict-"))
+            .cloned()
+            .collect()
+    };
+    problems.extend(forbid(
+        "proto",
+        &normal("proto"),
+        &["tokio", "reqwest", "lapin", "redis"],
+        "proto does no I/O",
+    ));
+    let proto_verdict = verdict(&normal("proto"));
+    if !proto_verdict.is_empty() {
+        problems.push(format!(
+            "proto depends on {proto_verdict:?}: it must depend on no verdict crate"
+        ));
+    }
+    let backends_verdict = verdict(&normal("backends"));
+    if backends_verdict.iter().any(|d| d != "verdict-proto") {
+        problems.push(format!(
+            "backends depends on {backends_verdict:?}: it may depend on verdict-proto only"
+        ));
+    }
+    problems.extend(forbid(
+        "worker",
+        &all("worker"),
+        &["verdict-scheduler"],
+        "the worker and the scheduler never depend on each other; move what both need to backends or proto",
+    ));
+    problems.extend(forbid(
+        "scheduler",
+        &all("scheduler"),
+        &["verdict-worker"],
+        "the worker and the scheduler never depend on each other; move what both need to backends or proto",
+    ));
+    for dir in ["proto", "worker", "scheduler", "testkit", "."] {
+        problems.extend(forbid(
+            dir,
+            &normal(dir),
+            &["lapin", "redis"],
+            "only backends knows AMQP and Redis",
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn manifest_dependencies_are_read_per_table() {
+    let deps = manifest_dependencies(
+        "[package]\nname = \"x\"\n\n[dependencies]\nverdict-proto.workspace = true\n# note\ntokio = { workspace = true }\n\n[dev-dependencies]\nproptest.workspace = true\n\n[lints]\nworkspace = true\n",
+    );
+    assert_eq!(
+        deps["dependencies"],
+        BTreeSet::from(["verdict-proto".to_owned(), "tokio".to_owned()])
+    );
+    assert_eq!(
+        deps["dev-dependencies"],
+        BTreeSet::from(["proptest".to_owned()])
+    );
+    assert_eq!(deps.len(), 2);
 }
