@@ -136,6 +136,7 @@ fn stage_result(task: &str, stage: &str, finished: u64) -> StageResult {
         usage: Usage::default(),
         started_unix_ms: 1,
         finished_unix_ms: finished,
+        model: None,
     }
 }
 

@@ -11,6 +11,7 @@
 //! - [`validate`]: one entry point from protocol name + response to canonical JSON.
 //! - [`contract`]: the contract text each protocol's prompts show.
 //! - [`diff`]: unified-diff parsing into commentable new-side lines.
+//! - [`grounding`]: whether findings point at code that exists, and the notes they carry.
 //! - [`evidence`]: fencing untrusted material behind per-call boundary markers (P7).
 //! - [`repair`]: the texts of repair rounds, conversation and isolated (E3).
 //! - [`outcome`]: the classified end of every stage attempt (E4).
@@ -30,6 +31,7 @@ pub mod diagnostic;
 pub mod diff;
 mod envelope;
 pub mod evidence;
+pub mod grounding;
 pub mod issue_analysis;
 pub mod language;
 pub mod location;

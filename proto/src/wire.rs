@@ -169,6 +169,11 @@ pub struct StageRequest {
     pub repair: RepairPolicy,
     #[serde(default)]
     pub validate: ValidateOptions,
+    /// For review stages: every path the change touches at the head commit, so grounding can
+    /// tell a finding inside the change from one elsewhere in the repository. `None` for scans
+    /// and issue analyses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_files: Option<Vec<String>>,
 }
 
 /// Tokens and calls an attempt spent.
@@ -192,6 +197,10 @@ pub struct StageResult {
     pub usage: Usage,
     pub started_unix_ms: u64,
     pub finished_unix_ms: u64,
+    /// The model that gave the final answer (a fallback model when the primary's budget was
+    /// spent), when a call was made; metrics about findings are labelled with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// What a progress event reports (SPEC O3); the `type` field on the wire.
@@ -357,6 +366,7 @@ mod tests {
                 max_attempts: 3,
             },
             validate: ValidateOptions::default(),
+            changed_files: None,
         }
     }
 
@@ -380,6 +390,7 @@ mod tests {
             usage: Usage::default(),
             started_unix_ms: 1,
             finished_unix_ms: 2,
+            model: None,
         };
         let bytes = encode(&result).unwrap();
         assert_eq!(decode::<StageResult>(&bytes, 1 << 20).unwrap(), result);

@@ -631,6 +631,13 @@ fn plan_with(
         model: settings.model.clone(),
         repair: settings.repair,
         validate,
+        changed_files: matches!(kind, StageKind::Reviewer | StageKind::Review).then(|| {
+            task.inputs
+                .diff_files
+                .iter()
+                .map(|f| f.path.clone())
+                .collect()
+        }),
     };
     task.stages.push(StageRecord {
         id: id.to_owned(),

@@ -108,6 +108,7 @@ fn result(stage: &str, kind: StageKind, outcome: StageOutcome) -> StageResult {
         usage: Usage::default(),
         started_unix_ms: 0,
         finished_unix_ms: 1,
+        model: None,
     }
 }
 

@@ -137,6 +137,7 @@ mod tests {
                 max_attempts: 3,
             },
             validate: ValidateOptions::default(),
+            changed_files: None,
         }
     }
 

@@ -168,6 +168,7 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
             max_attempts: 2,
         },
         validate: ValidateOptions::default(),
+        changed_files: None,
     };
 
     let execution = tokio::time::timeout(

@@ -155,6 +155,7 @@ fn request(stage: StageKind, tools: bool, deadline_in: Duration) -> StageRequest
             max_attempts: 3,
         },
         validate: ValidateOptions::default(),
+        changed_files: None,
     }
 }
 

@@ -465,6 +465,7 @@ mod tests {
             usage: Usage::default(),
             started_unix_ms: 0,
             finished_unix_ms: finished,
+            model: None,
         }
     }
 

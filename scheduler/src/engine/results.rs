@@ -120,6 +120,7 @@ mod tests {
             usage: Usage::default(),
             started_unix_ms: 0,
             finished_unix_ms: 0,
+            model: None,
         })
         .unwrap()
     }

@@ -241,6 +241,7 @@ impl StageExecutor {
                 usage,
                 started_unix_ms,
                 finished_unix_ms,
+                model: None,
             },
             requeue_after,
         }

@@ -91,6 +91,7 @@ pub fn request(stage: StageKind, mode: RepairMode, max: u8, deadline_unix_ms: u6
             max_attempts: max,
         },
         validate: ValidateOptions::default(),
+        changed_files: None,
     }
 }
 
