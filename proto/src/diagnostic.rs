@@ -56,6 +56,10 @@ pub enum DiagnosticCode {
     /// A value that is not in the configured set (e.g. issue category).
     NotConfigured,
 
+    // Grounding: the answer follows its contract but points at code that is not there.
+    /// A finding's file, lines or quoted code do not exist in the snapshot it was made on.
+    UngroundedLocation,
+
     // JSON contracts (P4) and output tags (P5).
     /// Not parseable as JSON.
     InvalidJson,

@@ -78,6 +78,33 @@ pub fn conversation_message(
     }
 }
 
+/// The corrective user message of a grounding round (conversation mode only): the answer follows
+/// the contract, but some findings point at files, lines or code that are not in the repository.
+/// The model may correct those locations or give up on them; nothing else may change.
+pub fn grounding_message(
+    protocol: ProtocolId,
+    language: Language,
+    diagnostics: &Diagnostics,
+    attempt: u8,
+    max_attempts: u8,
+) -> String {
+    let block = one_block(protocol, language);
+    let no_file = match (protocol.family(), language) {
+        (ProtocolFamily::Envelope, Language::En) => "FILE, START_LINE and END_LINE to NONE",
+        (ProtocolFamily::Envelope, Language::ZhCn) => "FILE、START_LINE 和 END_LINE 设为 NONE",
+        (_, Language::En) => "\"file\", \"start_line\" and \"end_line\" to null",
+        (_, Language::ZhCn) => "\"file\"、\"start_line\" 和 \"end_line\" 设为 null",
+    };
+    match language {
+        Language::En => format!(
+            "Some findings point at code that is not in the repository at the reviewed commit, so they cannot be shown where they are (repair round {attempt} of {max_attempts}). Problems found:\n{diagnostics}\n\nCorrect only these locations, using the paths and line numbers exactly as they are in the repository and what you have already read (no tools are available). If you cannot tell where a finding is, set its {no_file}. Keep every finding and everything else unchanged. Reply with {block} that follows the contract, and nothing outside it."
+        ),
+        Language::ZhCn => format!(
+            "部分问题指向的代码在所评审提交的仓库中不存在，因此无法定位显示（第 {attempt} 轮修复，共 {max_attempts} 轮）。发现的问题：\n{diagnostics}\n\n只修正这些位置：使用仓库中确切存在的路径和行号，依据你已经读到的内容（不能再调用工具）。如果无法确定某个问题的位置，请将其 {no_file}。保留所有问题和其他内容不变。请只回复{block}，严格遵守契约，不要输出任何其他内容。"
+        ),
+    }
+}
+
 /// The two messages of an isolated round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IsolatedRepair {
@@ -171,6 +198,19 @@ mod tests {
         assert!(m.contains("do not add, remove or reconsider anything"));
         let zh = conversation_message(ProtocolId::Review, Language::ZhCn, &diags(), 1, 3);
         assert!(zh.contains("第 1 轮修复") && zh.contains("<SAKURA_REVIEW>"));
+    }
+
+    #[test]
+    fn grounding_message_asks_for_locations_only() {
+        let m = grounding_message(ProtocolId::Scan, Language::En, &diags(), 1, 2);
+        assert!(m.contains("repair round 1 of 2"));
+        assert!(m.contains("line 1, $: missing required property \"reason\""));
+        assert!(m.contains("FILE, START_LINE and END_LINE to NONE"));
+        assert!(m.contains("Keep every finding and everything else unchanged"));
+        let json = grounding_message(ProtocolId::Reviewer, Language::En, &diags(), 1, 2);
+        assert!(json.contains("\"end_line\" to null"));
+        let zh = grounding_message(ProtocolId::Review, Language::ZhCn, &diags(), 2, 3);
+        assert!(zh.contains("第 2 轮修复") && zh.contains("<SAKURA_REVIEW>"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //!
 //! - `data/<protocol>/` (one directory per [`ProtocolId`]): model responses, see [`protocol`].
 //! - `data/diff/`: unified diffs, see [`diff`].
+//! - `data/grounding/`: findings checked against a snapshot's files, see [`grounding`].
 //!
 //! Adding a case is adding files; a file that belongs to no case fails the test rather than being
 //! silently skipped. `VERDICT_BLESS=1 cargo test -p verdict-proto --test cases` rewrites the
@@ -10,6 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
 mod diff;
+mod grounding;
 mod protocol;
 
 use std::fs;
@@ -22,6 +24,7 @@ use verdict_proto::ProtocolId;
 enum Kind {
     Protocol(ProtocolId),
     Diff,
+    Grounding,
 }
 
 impl Kind {
@@ -30,9 +33,12 @@ impl Kind {
         if name == "diff" {
             return Kind::Diff;
         }
+        if name == "grounding" {
+            return Kind::Grounding;
+        }
         let protocol = name.parse().unwrap_or_else(|e| {
             panic!(
-                "directory {}: {e} (or `diff` for diff cases)",
+                "directory {}: {e} (or `diff` for diff cases, `grounding` for grounding cases)",
                 dir.display()
             )
         });
@@ -44,6 +50,7 @@ impl Kind {
         match self {
             Kind::Protocol(_) => protocol::INPUT,
             Kind::Diff => diff::INPUT,
+            Kind::Grounding => grounding::INPUT,
         }
     }
 
@@ -52,6 +59,7 @@ impl Kind {
         match self {
             Kind::Protocol(_) => protocol::COMPANIONS,
             Kind::Diff => diff::COMPANIONS,
+            Kind::Grounding => grounding::COMPANIONS,
         }
     }
 
@@ -59,6 +67,7 @@ impl Kind {
         match self {
             Kind::Protocol(protocol) => protocol::check(protocol, input, bless),
             Kind::Diff => diff::check(input, bless),
+            Kind::Grounding => grounding::check(input, bless),
         }
     }
 }
