@@ -456,6 +456,9 @@ fn check_one(
     }
 }
 
+/// One way a real path may match a name that did not match exactly.
+type PathRule<'a> = dyn Fn(&str) -> bool + 'a;
+
 enum PathMatch {
     Exact(String),
     Corrected(String, &'static str),
@@ -479,7 +482,7 @@ fn resolve_path(named: &str, tree: &dyn Tree) -> PathMatch {
     }
     let paths = tree.paths();
     let lower = normal.to_lowercase();
-    let rules: [(&'static str, &dyn Fn(&str) -> bool); 4] = [
+    let rules: [(&'static str, &PathRule); 4] = [
         ("different letter case", &|p: &str| {
             p.to_lowercase() == lower
         }),
