@@ -73,6 +73,14 @@ pub enum TranscriptEntry {
     },
     /// The repaired answer's finding count differs from the original's `<FINDING>` count.
     ConsistencyWarning { original: usize, repaired: usize },
+    /// The final answer's findings checked against the snapshot: how many were located as
+    /// given, corrected, or kept unlocated, with one note per correction or demotion.
+    Grounding {
+        located: u32,
+        corrected: u32,
+        unlocated: u32,
+        notes: Vec<String>,
+    },
 }
 
 /// Everything one attempt did.
@@ -123,6 +131,11 @@ impl Transcript {
                     *output = redact(output);
                 }
                 TranscriptEntry::RepairRound { error, .. } => *error = redact(error),
+                TranscriptEntry::Grounding { notes, .. } => {
+                    for n in notes.iter_mut() {
+                        *n = redact(n);
+                    }
+                }
                 TranscriptEntry::DeadlineReached { .. }
                 | TranscriptEntry::ConsistencyWarning { .. } => {}
             }

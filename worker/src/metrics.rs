@@ -26,7 +26,8 @@ pub struct WorkerMetrics {
     /// `verdict_stages_in_flight`
     pub stages_in_flight: IntGauge,
     /// `verdict_protocol_repair_rounds_total{protocol, result}`; result is `repaired`,
-    /// `invalid` or `execution_failure`.
+    /// `invalid`, `ungrounded` (the answer follows the contract but some findings still point at
+    /// nothing) or `execution_failure`.
     pub repair_rounds: IntCounterVec,
     /// `verdict_protocol_repair_consistency_warnings_total{protocol}`
     pub repair_consistency_warnings: IntCounterVec,
@@ -50,6 +51,10 @@ pub struct WorkerMetrics {
     pub responses_reused: IntCounterVec,
     /// `verdict_tool_calls_total{tool, result}`; result `ok`, `error` or `not_executed`.
     pub tool_calls: IntCounterVec,
+    /// `verdict_findings_grounded_total{stage, model, outcome}`: findings of final answers by
+    /// what grounding concluded — `located` as given, `corrected` to the one real place, or
+    /// `unlocated` (demoted: the model pointed at nothing).
+    pub findings_grounded: IntCounterVec,
     /// `verdict_stage_deliveries_total{result}`: what the consumer did with each delivery —
     /// `executed`, `requeued_later` (retry with delay), `given_back` (requeued now: shutdown or a
     /// store outage), `already_done` (result recorded: republished), `running_elsewhere`,
@@ -83,7 +88,7 @@ impl WorkerMetrics {
             repair_rounds: IntCounterVec::new(
                 Opts::new(
                     "verdict_protocol_repair_rounds_total",
-                    "Protocol repair rounds by protocol and result (repaired, invalid, execution_failure).",
+                    "Protocol repair rounds by protocol and result (repaired, invalid, ungrounded, execution_failure).",
                 ),
                 &["protocol", "result"],
             )?,
@@ -158,6 +163,13 @@ impl WorkerMetrics {
                 ),
                 &["tool", "result"],
             )?,
+            findings_grounded: IntCounterVec::new(
+                Opts::new(
+                    "verdict_findings_grounded_total",
+                    "Findings of final answers by stage, model and grounding outcome (located, corrected, unlocated).",
+                ),
+                &["stage", "model", "outcome"],
+            )?,
             deliveries: IntCounterVec::new(
                 Opts::new(
                     "verdict_stage_deliveries_total",
@@ -180,6 +192,7 @@ impl WorkerMetrics {
         registry.register(Box::new(m.rate_limit_wait_seconds.clone()))?;
         registry.register(Box::new(m.responses_reused.clone()))?;
         registry.register(Box::new(m.tool_calls.clone()))?;
+        registry.register(Box::new(m.findings_grounded.clone()))?;
         registry.register(Box::new(m.deliveries.clone()))?;
         Ok(m)
     }

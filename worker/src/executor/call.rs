@@ -93,6 +93,11 @@ impl Route {
         }
     }
 
+    /// The model calls go to now (a fallback once the primary's budget is spent).
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
     /// Moves to `model` with a fresh retry budget.
     fn switch_to(&mut self, model: String, retry: &RetryPolicy) {
         self.model = model;

@@ -8,7 +8,9 @@ use verdict_proto::wire::{EventType, StageRequest};
 
 use super::call::Route;
 use super::{ExecutorDeps, ExecutorSettings};
-use crate::tools::ToolBox;
+use std::sync::Arc;
+
+use crate::tools::{SnapshotTree, ToolBox};
 use verdict_backends::repo::Snapshot;
 
 pub(super) struct CallContext<'a> {
@@ -23,6 +25,8 @@ pub(super) struct CallContext<'a> {
     pub snapshot: Option<Snapshot>,
     /// The stage's tools over the snapshot, when its policy allows any.
     pub toolbox: Option<ToolBox>,
+    /// The snapshot as grounding reads it, when the stage's answers have located findings.
+    pub tree: Option<Arc<SnapshotTree>>,
 }
 
 impl CallContext<'_> {

@@ -15,10 +15,13 @@
 //!   transcript entry).
 //! - [`turns`]: the conversation and tool loop under the soft deadline (E1, E2).
 //! - [`repair`]: the repair rounds, the consistency check and the classification (E3, E4).
+//! - [`ground`]: the answer's findings checked against the snapshot (corrected, or demoted when
+//!   repair cannot fix them).
 
 mod call;
 mod context;
 mod conversation;
+mod ground;
 mod repair;
 mod turns;
 
@@ -196,7 +199,12 @@ impl StageExecutor {
             usage: Default::default(),
             outcome: None,
         };
-        let (outcome, requeue_after, usage) = self.run(request, cancel, &mut transcript).await;
+        let Ran {
+            outcome,
+            requeue_after,
+            usage,
+            model,
+        } = self.run(request, cancel, &mut transcript).await;
 
         let finished_unix_ms = self.deps.clock.now_unix_ms();
         let label = outcome.label();
@@ -241,7 +249,7 @@ impl StageExecutor {
                 usage,
                 started_unix_ms,
                 finished_unix_ms,
-                model: None,
+                model,
             },
             requeue_after,
         }
@@ -253,7 +261,7 @@ impl StageExecutor {
         request: &StageRequest,
         cancel: &CancellationToken,
         transcript: &mut Transcript,
-    ) -> (StageOutcome, Option<Duration>, Usage) {
+    ) -> Ran {
         let Some(provider) = self.deps.providers.get(request.provider.as_deref()) else {
             let name = request.provider.as_deref().unwrap_or("(default)");
             let message = format!(
@@ -262,11 +270,7 @@ impl StageExecutor {
                 self.deps.providers.names().join(", "),
                 request.stage.as_str(),
             );
-            return (
-                fail(FailureKind::BadRequest, false, message),
-                None,
-                Usage::default(),
-            );
+            return Ran::before_any_call(fail(FailureKind::BadRequest, false, message));
         };
 
         let inputs = match verdict_backends::store::resolve(
@@ -277,35 +281,34 @@ impl StageExecutor {
         {
             Ok(i) => i,
             Err(e) => {
-                return (
-                    fail(FailureKind::Internal, e.is_retryable(), e.to_string()),
-                    None,
-                    Usage::default(),
-                );
+                return Ran::before_any_call(fail(
+                    FailureKind::Internal,
+                    e.is_retryable(),
+                    e.to_string(),
+                ));
             }
         };
 
-        let needs_snapshot = !request.tools.is_empty() || provider.kind() == ProviderKind::Exec;
+        // Grounding reads the snapshot too: a stage without tools still answers with locations.
+        let needs_snapshot = !request.tools.is_empty()
+            || provider.kind() == ProviderKind::Exec
+            || verdict_proto::grounding::applies_to(request.protocol);
         let snapshot = match (&request.repository, needs_snapshot) {
             (Some(repo), true) => match self.deps.repositories.snapshot(repo, cancel).await {
                 Ok(s) => Some(s),
                 Err(_) if cancel.is_cancelled() => {
-                    return (
-                        fail(
-                            FailureKind::Cancelled,
-                            false,
-                            "cancelled while preparing the repository snapshot".into(),
-                        ),
-                        None,
-                        Usage::default(),
-                    );
+                    return Ran::before_any_call(fail(
+                        FailureKind::Cancelled,
+                        false,
+                        "cancelled while preparing the repository snapshot".into(),
+                    ));
                 }
                 Err(e) => {
-                    return (
-                        fail(FailureKind::Internal, e.is_retryable(), e.to_string()),
-                        None,
-                        Usage::default(),
-                    );
+                    return Ran::before_any_call(fail(
+                        FailureKind::Internal,
+                        e.is_retryable(),
+                        e.to_string(),
+                    ));
                 }
             },
             _ => None,
@@ -335,6 +338,7 @@ impl StageExecutor {
             .cloned()
             .unwrap_or_default();
 
+        let tree = ground::tree_for(request.protocol, snapshot.as_ref());
         let mut ctx = CallContext {
             deps: &self.deps,
             settings: &self.settings,
@@ -343,6 +347,7 @@ impl StageExecutor {
             route: Route::new(provider, model, fallbacks, &self.settings.retry),
             snapshot,
             toolbox,
+            tree,
         };
         let deadline = SoftDeadline::new(request.deadline_unix_ms);
         let mut conv = Conversation::new(messages, boundary, deadline, transcript);
@@ -361,7 +366,32 @@ impl StageExecutor {
             ),
         };
         let usage = conv.usage();
-        (outcome, requeue_after, usage)
+        Ran {
+            outcome,
+            requeue_after,
+            usage,
+            model: (usage.calls > 0).then(|| ctx.route.model().to_owned()),
+        }
+    }
+}
+
+/// How [`StageExecutor::run`] ended.
+struct Ran {
+    outcome: StageOutcome,
+    requeue_after: Option<Duration>,
+    usage: Usage,
+    /// The model of the last call, when a call was made.
+    model: Option<String>,
+}
+
+impl Ran {
+    fn before_any_call(outcome: StageOutcome) -> Ran {
+        Ran {
+            outcome,
+            requeue_after: None,
+            usage: Usage::default(),
+            model: None,
+        }
     }
 }
 

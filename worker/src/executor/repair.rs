@@ -3,6 +3,7 @@
 //! consistency check after a successful repair. Ends in the attempt's classified outcome (E4).
 
 use tracing::Instrument;
+use verdict_proto::grounding::{self, Check};
 use verdict_proto::outcome::StageOutcome;
 use verdict_proto::redact::safe_preview;
 use verdict_proto::repair::{self, MAX_ATTEMPTS_RANGE, RepairMode};
@@ -13,6 +14,7 @@ use verdict_proto::{Diagnostics, ProtocolFamily, ProtocolId, validate};
 use super::call::{Call, Failure, ai_call};
 use super::context::CallContext;
 use super::conversation::Conversation;
+use super::ground;
 use super::turns::finalise_if_due;
 use crate::prompt;
 use crate::provider::{ChatResponse, Message};
@@ -28,7 +30,54 @@ struct Round {
     mode: RepairMode,
 }
 
-/// Parses the final answer; repairs it when invalid; classifies the result.
+/// What the next repair round must fix.
+enum Problem {
+    /// The answer breaks its contract (E3).
+    Protocol(Diagnostics),
+    /// The answer follows its contract, but findings point at code that is not in the snapshot.
+    Grounding(Diagnostics),
+}
+
+impl Problem {
+    fn diagnostics(&self) -> &Diagnostics {
+        match self {
+            Problem::Protocol(d) | Problem::Grounding(d) => d,
+        }
+    }
+}
+
+/// The latest answer that followed the contract, with what grounding concluded about it.
+struct Valid {
+    value: serde_json::Value,
+    checks: Vec<Check>,
+    unresolved: usize,
+}
+
+impl Valid {
+    async fn of(ctx: &CallContext<'_>, value: serde_json::Value) -> Valid {
+        let checks = ground::check(ctx, &value).await;
+        let unresolved = checks
+            .iter()
+            .filter(|c| matches!(c.verdict, grounding::Verdict::Unresolved { .. }))
+            .count();
+        Valid {
+            value,
+            checks,
+            unresolved,
+        }
+    }
+}
+
+/// Parses the final answer; grounds its findings; repairs it when invalid (and, in conversation
+/// mode, when its locations do not resolve); classifies the result.
+///
+/// Grounding repair is only asked for in conversation mode: there the model still has the
+/// conversation, including what it read, and can say where a finding really is. An isolated
+/// repairer sees only the answer and the contract, so it could only guess a path; its stages'
+/// unresolved locations are demoted without a round. Grounding rounds share the stage's repair
+/// budget, and an answer that followed the contract is never lost to a later round that broke
+/// it: when the budget runs out, the best valid answer is kept with what still does not resolve
+/// demoted to unlocated.
 pub(super) async fn judge(
     ctx: &mut CallContext<'_>,
     conv: &mut Conversation<'_>,
@@ -36,22 +85,27 @@ pub(super) async fn judge(
 ) -> Result<StageOutcome, Failure> {
     let request = ctx.request;
     let protocol = request.protocol;
+    let mode = request.repair.mode;
+    let repair_grounding = mode == RepairMode::Conversation;
     let original = answer.content;
-    let mut diagnostics = match validate(protocol, &request.validate, &original) {
+    let mut best: Option<Valid> = None;
+    let mut problem = match validate(protocol, &request.validate, &original) {
         Ok(value) => {
-            return Ok(StageOutcome::Ok {
-                value,
-                repaired: false,
-                attempts: 1,
-            });
+            let valid = Valid::of(ctx, value).await;
+            match grounding::diagnostics(protocol, &valid.checks) {
+                Some(d) if repair_grounding => {
+                    best = Some(valid);
+                    Problem::Grounding(d)
+                }
+                _ => return Ok(settle(ctx, conv, valid, 1)),
+            }
         }
-        Err(d) => d,
+        Err(d) => Problem::Protocol(d),
     };
     let max = request
         .repair
         .max_attempts
         .clamp(*MAX_ATTEMPTS_RANGE.start(), *MAX_ATTEMPTS_RANGE.end());
-    let mode = request.repair.mode;
     let mut last = original.clone();
     for number in 1..=max {
         let round = Round { number, max, mode };
@@ -62,36 +116,59 @@ pub(super) async fn judge(
             mode = mode_name(mode),
             outcome = tracing::field::Empty
         );
-        let result = repair_call(ctx, conv, round, &last, &diagnostics)
+        let result = repair_call(ctx, conv, round, &last, &problem)
             .instrument(span.clone())
             .await;
         let response = match result {
             Ok(r) => r,
             Err(failure) => {
                 span.record("outcome", "execution_failure");
-                round_done(ctx, conv, round, &diagnostics, None, "execution_failure").await;
+                round_done(ctx, conv, round, &problem, None, "execution_failure").await;
                 return Err(failure);
             }
         };
+        let attempts = 1 + u32::from(number);
         match validate(protocol, &request.validate, &response.content) {
             Ok(value) => {
-                span.record("outcome", "repaired");
-                round_done(ctx, conv, round, &diagnostics, None, "repaired").await;
-                check_consistency(ctx, conv, protocol, &original, &value).await;
-                return Ok(StageOutcome::Ok {
-                    value,
-                    repaired: true,
-                    attempts: 1 + u32::from(number),
-                });
+                if matches!(problem, Problem::Protocol(_)) {
+                    check_consistency(ctx, conv, protocol, &original, &value).await;
+                }
+                let valid = Valid::of(ctx, value).await;
+                let remaining =
+                    grounding::diagnostics(protocol, &valid.checks).filter(|_| repair_grounding);
+                match remaining {
+                    None => {
+                        span.record("outcome", "repaired");
+                        round_done(ctx, conv, round, &problem, None, "repaired").await;
+                        return Ok(settle(ctx, conv, valid, attempts));
+                    }
+                    Some(d) => {
+                        span.record("outcome", "ungrounded");
+                        round_done(ctx, conv, round, &problem, Some(&d), "ungrounded").await;
+                        // The fewer locations left unresolved, the better; on a tie the later
+                        // answer, which the model gave knowing the problems.
+                        if best
+                            .as_ref()
+                            .is_none_or(|b| valid.unresolved <= b.unresolved)
+                        {
+                            best = Some(valid);
+                        }
+                        problem = Problem::Grounding(d);
+                    }
+                }
             }
             Err(remaining) => {
                 span.record("outcome", "invalid");
-                round_done(ctx, conv, round, &diagnostics, Some(&remaining), "invalid").await;
-                diagnostics = remaining;
+                round_done(ctx, conv, round, &problem, Some(&remaining), "invalid").await;
+                problem = Problem::Protocol(remaining);
                 last = response.content;
             }
         }
     }
+    if let Some(valid) = best {
+        return Ok(settle(ctx, conv, valid, 1 + u32::from(max)));
+    }
+    let diagnostics = problem.diagnostics().clone();
     Ok(StageOutcome::InvalidOutput {
         stage: request.stage.as_str().to_owned(),
         error: bounded(&diagnostics.to_string()),
@@ -101,35 +178,61 @@ pub(super) async fn judge(
     })
 }
 
-/// One repair call: no tools, temperature 0, in the configured mode.
+/// The `ok` outcome of a valid answer, its findings grounded (unresolved ones demoted).
+fn settle(
+    ctx: &CallContext<'_>,
+    conv: &mut Conversation<'_>,
+    valid: Valid,
+    attempts: u32,
+) -> StageOutcome {
+    let Valid {
+        mut value, checks, ..
+    } = valid;
+    ground::settle(ctx, conv, &mut value, &checks);
+    StageOutcome::Ok {
+        value,
+        repaired: attempts > 1,
+        attempts,
+    }
+}
+
+/// One repair call: no tools, temperature 0, in the configured mode. A grounding problem is
+/// only ever repaired in conversation mode.
 async fn repair_call(
     ctx: &mut CallContext<'_>,
     conv: &mut Conversation<'_>,
     round: Round,
     invalid: &str,
-    diagnostics: &Diagnostics,
+    problem: &Problem,
 ) -> Result<ChatResponse, Failure> {
     let protocol = ctx.request.protocol;
     let language = ctx.request.language;
-    match round.mode {
-        RepairMode::Conversation => {
+    let conversation_text = match problem {
+        Problem::Grounding(d) => Some(repair::grounding_message(
+            protocol,
+            language,
+            d,
+            round.number,
+            round.max,
+        )),
+        Problem::Protocol(d) if round.mode == RepairMode::Conversation => Some(
+            repair::conversation_message(protocol, language, d, round.number, round.max),
+        ),
+        Problem::Protocol(_) => None,
+    };
+    match conversation_text {
+        Some(text) => {
             // The whole dialogue so far stays, so the model reformats the conclusions it already
             // reached; after the deadline the finalise message is in it too.
             finalise_if_due(ctx, conv).await;
-            conv.push(Message::user(repair::conversation_message(
-                protocol,
-                language,
-                diagnostics,
-                round.number,
-                round.max,
-            )));
+            conv.push(Message::user(text));
             let response = ai_call(ctx, conv, Call::ConversationRepair).await?;
             // Only the text is kept: tool calls in a repair answer are never run, and a dangling
             // call would make the next request ill-formed.
             conv.push(Message::assistant(response.content.clone(), Vec::new()));
             Ok(response)
         }
-        RepairMode::Isolated => {
+        None => {
             // Only the contract, the invalid response (fenced behind a fresh token) and the
             // error: no task, no repository, no snapshot path, no tools.
             let boundary = prompt::new_boundary();
@@ -139,7 +242,7 @@ async fn repair_call(
                 language,
                 &contract,
                 invalid,
-                diagnostics,
+                problem.diagnostics(),
                 &boundary,
             );
             let messages = vec![Message::system(p.system), Message::user(p.user)];
@@ -153,11 +256,16 @@ async fn round_done(
     ctx: &CallContext<'_>,
     conv: &mut Conversation<'_>,
     round: Round,
-    repaired_error: &Diagnostics,
+    problem: &Problem,
     remaining: Option<&Diagnostics>,
     outcome: &str,
 ) {
     let Round { number, max, mode } = round;
+    let repaired_error = problem.diagnostics();
+    let reason = match problem {
+        Problem::Protocol(_) => "protocol",
+        Problem::Grounding(_) => "grounding",
+    };
     let protocol = ctx.request.protocol.as_str();
     ctx.deps
         .metrics
@@ -181,6 +289,13 @@ async fn round_done(
             "Protocol repair round {number} of {max} ({protocol}): still invalid — {}",
             safe_preview(&first.to_string(), 200)
         ),
+        "ungrounded" => format!(
+            "Protocol repair round {number} of {max} ({protocol}): the answer follows the contract, but some findings still point at code that is not in the repository — {}",
+            safe_preview(
+                &remaining.map_or(first, Diagnostics::first).to_string(),
+                200
+            )
+        ),
         _ => {
             format!("Protocol repair round {number} of {max} ({protocol}): the repair call failed.")
         }
@@ -194,6 +309,7 @@ async fn round_done(
             "max": max,
             "mode": mode_name(mode),
             "protocol": protocol,
+            "reason": reason,
             "error": error,
             "remaining_error": remaining.map(|d| bounded(&d.to_string())),
             "outcome": outcome,

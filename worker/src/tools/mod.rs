@@ -12,6 +12,7 @@
 //! - `output`: bounded output, truncation notes, line decoding.
 //! - `walk`: the symlink-free directory walk and glob rule shared by `grep` and `find`.
 //! - `read`, `grep`, `find`, `ls`: one file per tool (arguments, definition, behaviour).
+//! - `tree`: [`SnapshotTree`], the snapshot as grounding sees it (confined lookups, the walk).
 
 use std::fmt;
 use std::sync::Arc;
@@ -29,7 +30,10 @@ mod ls;
 mod output;
 mod path;
 mod read;
+mod tree;
 mod walk;
+
+pub use tree::SnapshotTree;
 
 /// Bounds on what one tool call may read and return. Every output states what a bound cut.
 #[derive(Debug, Clone, PartialEq, Eq)]

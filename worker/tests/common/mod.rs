@@ -41,13 +41,23 @@ pub fn rig_with(
     settings: ExecutorSettings,
     store: Arc<MemoryStore>,
 ) -> Rig {
+    rig_over(provider, settings, store, MemoryRepositorySource::new())
+}
+
+/// A rig whose stages see the repositories of `repositories`.
+pub fn rig_over(
+    provider: Arc<ScriptedProvider>,
+    settings: ExecutorSettings,
+    store: Arc<MemoryStore>,
+    repositories: MemoryRepositorySource,
+) -> Rig {
     let mut providers = ProviderRegistry::new();
     providers.insert(provider.clone());
     let registry = prometheus::Registry::new();
     let clock = Arc::new(TokioClock::new());
     let deps = ExecutorDeps {
         providers,
-        repositories: Arc::new(MemoryRepositorySource::new()),
+        repositories: Arc::new(repositories),
         inputs: store.clone(),
         journal: store.clone(),
         transcripts: store.clone(),
