@@ -60,6 +60,10 @@ fn reviewer_report(r: &Review) -> ReviewerReport {
                 file: f.file.as_deref().map(text),
                 start_line: f.start_line.and_then(NonZeroU32::new),
                 end_line: f.end_line.and_then(NonZeroU32::new),
+                quote: f
+                    .file
+                    .as_ref()
+                    .map(|_| text("    let value = tokens[index];")),
                 title: text(&f.title),
                 description: text(&f.description),
                 suggestion: f.suggestion.as_deref().map(text),

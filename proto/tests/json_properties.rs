@@ -108,9 +108,14 @@ fn summary() -> impl Strategy<Value = Summary> {
 
 fn finding() -> impl Strategy<Value = Finding> {
     let location = prop_oneof![
-        Just((None, None, None)),
-        (path(), line(), 0u32..50).prop_map(|(file, start, span)| {
-            (Some(file), Some(start), Some(start.saturating_add(span)))
+        Just((None, None, None, None)),
+        (path(), line(), 0u32..50, text()).prop_map(|(file, start, span, quote)| {
+            (
+                Some(file),
+                Some(start),
+                Some(start.saturating_add(span)),
+                Some(quote),
+            )
         }),
     ];
     (
@@ -122,15 +127,18 @@ fn finding() -> impl Strategy<Value = Finding> {
         0u32..=1000,
     )
         .prop_map(
-            |(severity, (file, start_line, end_line), title, description, suggestion, c)| Finding {
-                severity,
-                file,
-                start_line,
-                end_line,
-                title,
-                description,
-                suggestion,
-                confidence: Confidence::new(f64::from(c) / 1000.0).unwrap(),
+            |(severity, (file, start_line, end_line, quote), title, description, suggestion, c)| {
+                Finding {
+                    severity,
+                    file,
+                    start_line,
+                    end_line,
+                    quote,
+                    title,
+                    description,
+                    suggestion,
+                    confidence: Confidence::new(f64::from(c) / 1000.0).unwrap(),
+                }
             },
         )
 }

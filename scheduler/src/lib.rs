@@ -10,6 +10,7 @@
 //! - [`task`]: the task record (one versioned document per task).
 //! - [`pipeline`]: S1–S7 as a pure state machine over the record.
 //! - [`result`]: result models and the multi-stage result policy.
+//! - [`merge`]: duplicate findings merged, so a result never lists one twice.
 //! - [`document`]: the task document the API returns.
 //! - [`metrics`]: every scheduler metric.
 //! - [`api`]: the HTTP API over a `TaskService` (axum router).
@@ -21,6 +22,7 @@ pub mod client;
 pub mod diff_pieces;
 pub mod document;
 pub mod engine;
+pub mod merge;
 pub mod metrics;
 pub mod milestone;
 pub mod pipeline;

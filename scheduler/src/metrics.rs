@@ -1,5 +1,5 @@
 //! Every metric the scheduler exports, in one place (SPEC O1). Labels are bounded: task kind,
-//! terminal state, stage, outcome — never task, PR or repository ids.
+//! terminal state, stage, outcome, the configured model — never task, PR or repository ids.
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
@@ -23,6 +23,11 @@ pub struct SchedulerMetrics {
     pub dead_letters: IntCounterVec,
     /// `verdict_task_conflicts_total`: compare-and-set retries (replicas racing on one task).
     pub conflicts: IntCounter,
+    /// `verdict_findings_merged_total{stage, model}`: findings merged into another finding
+    /// (`crate::merge`; a group of n findings counts n − 1), by the kind of stage that raised the
+    /// merged-away finding and the model that answered there (`unknown` when its result did not
+    /// say). A model whose findings often merge is repeating what was already said.
+    pub findings_merged: IntCounterVec,
 }
 
 impl SchedulerMetrics {
@@ -72,6 +77,13 @@ impl SchedulerMetrics {
                 "verdict_task_conflicts_total",
                 "Task updates retried because another replica changed the task first.",
             )?,
+            findings_merged: IntCounterVec::new(
+                Opts::new(
+                    "verdict_findings_merged_total",
+                    "Findings merged into another finding as duplicates (a group of n counts n - 1), by stage kind and the model that answered.",
+                ),
+                &["stage", "model"],
+            )?,
         };
         registry.register(Box::new(m.submitted.clone()))?;
         registry.register(Box::new(m.finished.clone()))?;
@@ -81,6 +93,7 @@ impl SchedulerMetrics {
         registry.register(Box::new(m.results.clone()))?;
         registry.register(Box::new(m.dead_letters.clone()))?;
         registry.register(Box::new(m.conflicts.clone()))?;
+        registry.register(Box::new(m.findings_merged.clone()))?;
         Ok(m)
     }
 }

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use verdict_proto::contracts::reviewer::ReviewerReport;
 use verdict_proto::contracts::summary::Summary;
 use verdict_proto::contracts::triage::{TRIAGE_FALLBACK_REASON, Triage};
 use verdict_proto::contracts::validator::ValidatorReport;
@@ -21,7 +20,8 @@ use verdict_proto::wire::{
 use verdict_proto::{Language, ValidateOptions};
 
 use crate::document::TaskState;
-use crate::result::{self, Candidate, ReviewResult};
+use crate::merge;
+use crate::result::{self, Candidate, ReviewResult, ReviewerAnswer};
 use crate::task::{PipelineKind, StageRecord, StageStatus, TaskRecord};
 
 /// How one stage kind runs, copied into the task at submission (a configuration snapshot: a
@@ -59,12 +59,26 @@ pub struct Draft {
 }
 
 /// What the engine must do after a transition: emit these events (in order), then publish the
-/// stages now [`StageStatus::Planned`].
+/// stages now [`StageStatus::Planned`], and count the findings merged.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Effects {
     pub events: Vec<Draft>,
     pub planned: Vec<String>,
+    pub merged: Vec<MergedFindings>,
 }
+
+/// Findings of one stage merged into another finding (`verdict_findings_merged_total`): each is
+/// counted against the stage that raised it and the model that answered there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergedFindings {
+    pub stage: StageKind,
+    /// The model from the stage's result; `unknown` when the worker did not say.
+    pub model: String,
+    pub findings: u64,
+}
+
+/// The metric label of a stage's model when its result did not name one.
+pub const UNKNOWN_MODEL: &str = "unknown";
 
 impl Effects {
     fn event(&mut self, kind: EventType, stage_id: Option<&str>, message: String, data: Value) {
@@ -172,6 +186,7 @@ pub fn on_result(task: &mut TaskRecord, result: &StageResult, now: u64) -> Effec
     stage.outcome = Some(result.outcome.clone());
     stage.attempts = stage.attempts.max(result.attempt);
     stage.usage = result.usage;
+    stage.model = result.model.clone();
     stage.finished_unix_ms = Some(now);
     let (kind, id) = (stage.kind, stage.id.clone());
     fx.event(
@@ -306,8 +321,11 @@ fn after_reviewer(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &
     if reviewers.iter().any(|s| s.status != StageStatus::Done) {
         return;
     }
-    let reports = reviewer_reports(task);
-    let candidates = result::candidates(&reports);
+    let merged = result::merge_candidates(&reviewer_answers(task));
+    for (stage, findings) in &merged.absorbed {
+        count_merged(task, stage, *findings, fx);
+    }
+    let candidates = merged.candidates;
     let summary = summary_of(task);
     if candidates.is_empty() {
         let r = result::assemble(&[], None, &summary, task.language, task.triage_fallback);
@@ -351,7 +369,8 @@ fn after_validator(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: 
     let Ok(report) = serde_json::from_value::<ValidatorReport>(value.clone()) else {
         return required_invalid(task, "validator", now, fx);
     };
-    let candidates: Vec<Candidate> = result::candidates(&reviewer_reports(task));
+    // The same merge as when the validator was planned, so its verdicts name these ids.
+    let candidates: Vec<Candidate> = result::candidates(&reviewer_answers(task));
     let (missing, unknown) = result::verdict_coverage(&candidates, &report);
     if !missing.is_empty() || !unknown.is_empty() {
         fx.event(
@@ -378,22 +397,12 @@ fn after_validator(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: 
 
 fn after_review(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &mut Effects) {
     match outcome {
-        StageOutcome::Ok { value, .. } => match serde_json::from_value::<Review>(value.clone()) {
-            Ok(review) => complete_review(
-                task,
-                ReviewResult::from_review(review, task.triage_fallback),
-                now,
-                fx,
-            ),
-            Err(e) => finish(
-                task,
-                TaskState::Incomplete,
-                format!("the review value could not be read: {e}"),
-                None,
-                now,
-                fx,
-            ),
-        },
+        StageOutcome::Ok { value, .. } => {
+            // The notes first: `Review` would silently drop them.
+            let mut value = value.clone();
+            let notes = verdict_proto::grounding::take_notes(&mut value);
+            read_review(task, value, notes, now, fx)
+        }
         StageOutcome::InvalidOutput {
             attempts, error, ..
         } => {
@@ -409,6 +418,50 @@ fn after_review(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &mu
         }
         StageOutcome::ExecutionFailure { .. } => {}
     }
+}
+
+fn read_review(
+    task: &mut TaskRecord,
+    value: Value,
+    notes: Vec<Option<verdict_proto::grounding::LocationNote>>,
+    now: u64,
+    fx: &mut Effects,
+) {
+    match serde_json::from_value::<Review>(value) {
+        Ok(review) => {
+            let answered = review.findings.len();
+            let r = ReviewResult::from_review(review, notes, task.triage_fallback);
+            let merged = answered.saturating_sub(r.findings.len());
+            count_merged(task, "review", merged, fx);
+            complete_review(task, r, now, fx);
+        }
+        Err(e) => finish(
+            task,
+            TaskState::Incomplete,
+            format!("the review value could not be read: {e}"),
+            None,
+            now,
+            fx,
+        ),
+    }
+}
+
+/// Records that `findings` of stage `stage_id` were merged into another finding.
+fn count_merged(task: &TaskRecord, stage_id: &str, findings: usize, fx: &mut Effects) {
+    let Some(stage) = task.stage(stage_id) else {
+        return;
+    };
+    if findings == 0 {
+        return;
+    }
+    fx.merged.push(MergedFindings {
+        stage: stage.kind,
+        model: stage
+            .model
+            .clone()
+            .unwrap_or_else(|| UNKNOWN_MODEL.to_owned()),
+        findings: u64::try_from(findings).unwrap_or(u64::MAX),
+    });
 }
 
 fn after_issue_analysis(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &mut Effects) {
@@ -439,7 +492,10 @@ fn after_issue_analysis(task: &mut TaskRecord, outcome: &StageOutcome, now: u64,
 fn after_scan(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &mut Effects) {
     match outcome {
         StageOutcome::Ok { value, .. } => {
+            // Passed through as the scan wrote it (with its grounding notes), minus repeats.
             let mut v = value.clone();
+            let merged = merge::dedupe_value(&mut v);
+            count_merged(task, "scan", merged, fx);
             mark(&mut v, false);
             finish(
                 task,
@@ -648,6 +704,7 @@ fn plan_with(
         outcome: None,
         attempts: 0,
         usage: Default::default(),
+        model: None,
         planned_unix_ms: now,
         finished_unix_ms: None,
     });
@@ -684,12 +741,13 @@ fn shard(task: &TaskRecord, included: &[usize]) -> Vec<Vec<usize>> {
         .collect()
 }
 
-fn reviewer_reports(task: &TaskRecord) -> Vec<ReviewerReport> {
+/// Every reviewer's answer, in stage order (the order candidate ids follow).
+fn reviewer_answers(task: &TaskRecord) -> Vec<ReviewerAnswer> {
     task.stages
         .iter()
         .filter(|s| s.kind == StageKind::Reviewer)
         .filter_map(|s| match &s.outcome {
-            Some(StageOutcome::Ok { value, .. }) => serde_json::from_value(value.clone()).ok(),
+            Some(StageOutcome::Ok { value, .. }) => ReviewerAnswer::read(&s.id, value),
             _ => None,
         })
         .collect()

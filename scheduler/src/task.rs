@@ -73,6 +73,9 @@ pub struct StageRecord {
     pub attempts: u32,
     #[serde(default)]
     pub usage: Usage,
+    /// The model that answered, from the stage's result (when the worker said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     #[serde(default)]
     pub planned_unix_ms: u64,
     #[serde(default)]

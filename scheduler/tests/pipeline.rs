@@ -14,7 +14,7 @@ use verdict_proto::wire::{
     StageResult, Tool, Usage, WIRE_VERSION,
 };
 use verdict_scheduler::document::TaskState;
-use verdict_scheduler::pipeline::{self, Effects, PipelineSettings, StageSettings};
+use verdict_scheduler::pipeline::{self, Effects, MergedFindings, PipelineSettings, StageSettings};
 use verdict_scheduler::task::{DiffFile, PipelineKind, StageStatus, TaskInputs, TaskRecord};
 
 fn settings(triage: bool, reviewers: u8) -> PipelineSettings {
@@ -158,7 +158,29 @@ fn reviewer(findings: serde_json::Value) -> serde_json::Value {
 }
 
 fn finding(sev: &str) -> serde_json::Value {
-    json!({"severity": sev, "file": "src/a.rs", "start_line": 2, "end_line": 2, "title": "Unchecked index", "description": "d", "suggestion": null, "confidence": 0.9})
+    finding_at(sev, 2, "Unchecked index")
+}
+
+fn finding_at(sev: &str, line: u32, title: &str) -> serde_json::Value {
+    json!({"severity": sev, "file": "src/a.rs", "start_line": line, "end_line": line, "quote": "    let t = tokens[i];", "title": title, "description": "d", "suggestion": null, "confidence": 0.9})
+}
+
+fn answered_by(mut r: StageResult, model: &str) -> StageResult {
+    r.model = Some(model.into());
+    r
+}
+
+/// The text of the validator's input that lists the candidates.
+fn candidate_input(t: &TaskRecord) -> serde_json::Value {
+    let inputs = &t.stage("validator").unwrap().request.inputs;
+    let listed = inputs
+        .iter()
+        .find(|i| i.name.starts_with("candidate"))
+        .unwrap();
+    let InputContent::Inline { text } = &listed.content else {
+        panic!("candidates are inline")
+    };
+    serde_json::from_str(text).unwrap()
 }
 
 #[test]
@@ -216,7 +238,11 @@ fn multi_stage_review_runs_triage_summary_reviewers_validator_to_completion() {
         &result(
             "reviewer-2",
             StageKind::Reviewer,
-            ok(reviewer(json!([finding("minor")]))),
+            ok(reviewer(json!([finding_at(
+                "minor",
+                9,
+                "Leaked file handle"
+            )]))),
         ),
         5,
     );
@@ -247,6 +273,282 @@ fn multi_stage_review_runs_triage_summary_reviewers_validator_to_completion() {
     assert_eq!(r["findings"].as_array().unwrap().len(), 1);
     assert_eq!(r["summary"], "Adds a tokens helper.");
     assert_eq!(r["degraded"], false);
+}
+
+/// A multi-stage task whose summary is done and whose two reviewers are planned.
+fn reviewing() -> TaskRecord {
+    let mut t = task(PipelineKind::Multi, false, 2);
+    pipeline::start(&mut t, 1);
+    let fx = pipeline::on_result(
+        &mut t,
+        &result("summary", StageKind::Summary, ok(summary())),
+        2,
+    );
+    assert_eq!(fx.planned, ["reviewer-1", "reviewer-2"]);
+    t
+}
+
+/// Issue 15's three findings as a grounded reviewer value carries them: one real, one on a file
+/// that does not exist, one past the end of its file (both unlocated, their location kept only
+/// as reported).
+fn three_grounded_findings() -> serde_json::Value {
+    let unlocated = |file: &str, line: u32, title: &str, reason: &str| {
+        json!({"severity": "major", "file": null, "start_line": null, "end_line": null,
+               "quote": "    return total / count", "title": title, "description": "d",
+               "suggestion": null, "confidence": 0.7,
+               "grounding": {"status": "unlocated", "in_change": false, "reason": reason,
+                             "reported": {"file": file, "start_line": line, "end_line": line}}})
+    };
+    let mut real = finding_at("major", 2, "Division by zero on an empty cart");
+    real["grounding"] = json!({"status": "located", "in_change": true});
+    json!([
+        real,
+        unlocated(
+            "src/ghost.rs",
+            4,
+            "Unvalidated coupon code",
+            "the file does not exist"
+        ),
+        unlocated(
+            "src/a.rs",
+            900,
+            "Overflow in the total",
+            "the file has 40 lines"
+        ),
+    ])
+}
+
+#[test]
+fn two_reviewers_with_the_same_findings_give_one_merged_finding_each() {
+    let mut t = reviewing();
+    pipeline::on_result(
+        &mut t,
+        &answered_by(
+            result(
+                "reviewer-1",
+                StageKind::Reviewer,
+                ok(reviewer(three_grounded_findings())),
+            ),
+            "m-one",
+        ),
+        3,
+    );
+    let fx = pipeline::on_result(
+        &mut t,
+        &answered_by(
+            result(
+                "reviewer-2",
+                StageKind::Reviewer,
+                ok(reviewer(three_grounded_findings())),
+            ),
+            "m-two",
+        ),
+        4,
+    );
+    assert_eq!(fx.planned, ["validator"]);
+    assert_eq!(
+        t.stage("reviewer-2").unwrap().model.as_deref(),
+        Some("m-two")
+    );
+    assert_eq!(
+        fx.merged,
+        [MergedFindings {
+            stage: StageKind::Reviewer,
+            model: "m-two".into(),
+            findings: 3
+        }],
+        "each of reviewer-2's findings went into reviewer-1's"
+    );
+
+    let candidates = candidate_input(&t);
+    let ids: Vec<&str> = candidates
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["F1", "F2", "F3"],
+        "the validator sees the merged findings"
+    );
+    for c in candidates.as_array().unwrap() {
+        assert_eq!(c["raised_by"], json!(["reviewer-1", "reviewer-2"]));
+    }
+    assert!(
+        candidates[0].get("location").is_none(),
+        "located: nothing to say"
+    );
+    assert!(
+        candidates[1]["location"]
+            .as_str()
+            .unwrap()
+            .starts_with("not found in the repository: the reviewer named src/ghost.rs line 4"),
+        "{}",
+        candidates[1]
+    );
+    assert_eq!(candidates[2]["grounding"]["reported"]["start_line"], 900);
+
+    let verdicts = json!({"verdicts": [
+        {"id": "F1", "verdict": "confirmed", "severity": null, "reason": "real"},
+        {"id": "F2", "verdict": "confirmed", "severity": "minor", "reason": "plausible"},
+        {"id": "F3", "verdict": "confirmed", "severity": null, "reason": "plausible"}]});
+    let fx = pipeline::on_result(
+        &mut t,
+        &result("validator", StageKind::Validator, ok(verdicts)),
+        5,
+    );
+    assert!(
+        fx.merged.is_empty(),
+        "counted once, when the validator was planned"
+    );
+    assert!(
+        !fx.events.iter().any(|e| e.data.get("missing").is_some()),
+        "every merged id was answered"
+    );
+    assert_eq!(t.state, TaskState::Completed);
+    let findings = t.result.as_ref().unwrap()["findings"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(findings.len(), 3, "three findings, not six: {findings:#?}");
+    for f in &findings {
+        assert_eq!(f["raised_by"], json!(["reviewer-1", "reviewer-2"]));
+        assert!(f["confidence"].is_number(), "{f}");
+    }
+    let by_title = |title: &str| findings.iter().find(|f| f["title"] == title).unwrap();
+    assert_eq!(
+        by_title("Unvalidated coupon code")["severity"],
+        "minor",
+        "the validator's correction applies to the merged id"
+    );
+    let past_end = by_title("Overflow in the total");
+    assert!(past_end["file"].is_null(), "never shown as located");
+    assert_eq!(past_end["grounding"]["status"], "unlocated");
+    assert_eq!(past_end["grounding"]["reported"]["file"], "src/a.rs");
+    assert_eq!(
+        by_title("Division by zero on an empty cart")["grounding"]["status"],
+        "located",
+        "notes survive into the result"
+    );
+}
+
+#[test]
+fn a_validator_rejecting_a_merged_id_drops_every_member() {
+    let mut t = reviewing();
+    for (stage, title) in [
+        ("reviewer-1", "Unchecked index"),
+        ("reviewer-2", "unchecked index!"),
+    ] {
+        pipeline::on_result(
+            &mut t,
+            &result(
+                stage,
+                StageKind::Reviewer,
+                ok(reviewer(json!([finding_at("major", 2, title)]))),
+            ),
+            3,
+        );
+    }
+    let fx = pipeline::on_result(
+        &mut t,
+        &result(
+            "validator",
+            StageKind::Validator,
+            ok(
+                json!({"verdicts": [{"id": "F1", "verdict": "rejected", "severity": null, "reason": "bounds checked above"}]}),
+            ),
+        ),
+        4,
+    );
+    assert_eq!(kinds(&fx).last(), Some(&EventType::TaskFinished));
+    let r = t.result.as_ref().unwrap();
+    assert_eq!(r["findings"], json!([]));
+    assert_eq!(r["decision"], "approve");
+    assert!(
+        r["decision_reason"]
+            .as_str()
+            .unwrap()
+            .contains("1 candidate(s) rejected")
+    );
+}
+
+#[test]
+fn a_single_review_that_repeats_a_finding_lists_it_once_with_its_note() {
+    let mut t = task(PipelineKind::Single, false, 1);
+    pipeline::start(&mut t, 1);
+    let finding = "<FINDING>\n<SEVERITY>major</SEVERITY>\n<FILE>src/a.rs</FILE>\n<START_LINE>2</START_LINE>\n<END_LINE>2</END_LINE>\n<TITLE>Unchecked index</TITLE>\n<DESCRIPTION>\nd\n</DESCRIPTION>\n<SUGGESTION>NONE</SUGGESTION>\n</FINDING>\n";
+    let envelope = format!(
+        "<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>6</SCORE>\n<DECISION>request_changes</DECISION>\n<DECISION_REASON>r</DECISION_REASON>\n<SUMMARY>s</SUMMARY>\n<FINDINGS>\n{finding}{finding}</FINDINGS>\n</SAKURA_REVIEW>"
+    );
+    let mut review = verdict_proto::validate(
+        verdict_proto::ProtocolId::Review,
+        &Default::default(),
+        &envelope,
+    )
+    .unwrap();
+    assert_eq!(review["findings"].as_array().unwrap().len(), 2);
+    review["findings"][0]["grounding"] = json!({"status": "located", "in_change": true});
+    review["findings"][1]["grounding"] = json!({"status": "located", "in_change": true});
+    let fx = pipeline::on_result(
+        &mut t,
+        &answered_by(result("review", StageKind::Review, ok(review)), "m-review"),
+        2,
+    );
+    assert_eq!(t.state, TaskState::Completed);
+    let findings = t.result.as_ref().unwrap()["findings"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(findings[0]["grounding"]["in_change"], true);
+    assert!(
+        findings[0].get("raised_by").is_none(),
+        "one stage: nothing to list"
+    );
+    assert_eq!(
+        fx.merged,
+        [MergedFindings {
+            stage: StageKind::Review,
+            model: "m-review".into(),
+            findings: 1
+        }]
+    );
+}
+
+#[test]
+fn a_scan_that_repeats_a_finding_lists_it_once_with_its_note() {
+    let mut t = task(PipelineKind::Scan, false, 1);
+    pipeline::start(&mut t, 1);
+    let scan_finding = |severity: &str, confidence: u8, status: &str| {
+        json!({"severity": severity, "category": "bug", "file": "src/a.rs", "start_line": 5,
+               "end_line": 6, "title": "Panic on empty input", "description": "d",
+               "suggestion": null, "confidence": confidence,
+               "grounding": {"status": status}})
+    };
+    let scan = json!({"version": 1, "overall_score": 70, "summary": "s", "findings": [
+        scan_finding("minor", 90, "located"),
+        scan_finding("major", 40, "corrected"),
+    ]});
+    let fx = pipeline::on_result(&mut t, &result("scan", StageKind::Scan, ok(scan)), 2);
+    assert_eq!(t.state, TaskState::Completed);
+    let r = t.result.as_ref().unwrap();
+    let findings = r["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1);
+    assert_eq!(findings[0]["severity"], "major", "the most severe member");
+    assert_eq!(findings[0]["confidence"], 90, "the highest confidence");
+    assert_eq!(findings[0]["grounding"]["status"], "corrected", "its note");
+    assert_eq!(r["overall_score"], 70, "the rest passes through");
+    assert_eq!(r["degraded"], false);
+    assert_eq!(
+        fx.merged,
+        [MergedFindings {
+            stage: StageKind::Scan,
+            model: "unknown".into(),
+            findings: 1
+        }],
+        "no model in the result: unknown"
+    );
 }
 
 #[test]

@@ -20,7 +20,7 @@ pub const TRIAGE_OK: &str =
 
 pub const SUMMARY_OK: &str = r#"{"summary": "Adds percentage coupons and an average item price to the cart.", "change_type": "feature", "risk": "medium", "files": [{"path": "src/shopcart/cart.py", "summary": "Coupon support and average price."}], "focus_areas": ["Division by zero in average_item_price_cents", "Coupon percentage bounds"]}"#;
 
-pub const REVIEWER_OK: &str = r#"{"findings": [{"severity": "major", "file": "src/shopcart/cart.py", "start_line": 57, "end_line": 59, "title": "Division by zero on an empty cart", "description": "average_item_price_cents divides by the item count, which is 0 for an empty cart.", "suggestion": "Return 0 when the cart is empty.", "confidence": 0.9}], "files_reviewed": ["src/shopcart/cart.py"]}"#;
+pub const REVIEWER_OK: &str = r#"{"findings": [{"severity": "major", "file": "src/shopcart/cart.py", "start_line": 57, "end_line": 59, "quote": "\n    def average_item_price_cents(self) -> int:\n        count = sum(item.quantity for item in self._items.values())", "title": "Division by zero on an empty cart", "description": "average_item_price_cents divides by the item count, which is 0 for an empty cart.", "suggestion": "Return 0 when the cart is empty.", "confidence": 0.9}], "files_reviewed": ["src/shopcart/cart.py"]}"#;
 
 pub const REVIEWER_NONE: &str = r#"{"findings": [], "files_reviewed": ["tests/test_cart.py"]}"#;
 

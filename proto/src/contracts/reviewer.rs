@@ -1,10 +1,12 @@
 //! Reviewer (SPEC S1, P4): one reviewer's candidate findings over its shard of the changed files.
 //! The validator confirms or rejects them afterwards.
 //!
-//! Schema: `{"findings": [{"severity", "file", "start_line", "end_line", "title", "description",
-//! "suggestion", "confidence"}], "files_reviewed": [text]}`, every property required (nullable
-//! ones as `null`). Rule beyond the schema, as P1 rule 4: `file: null` requires both lines
-//! `null`; a file finding requires both lines, positive, with `start_line <= end_line`.
+//! Schema: `{"findings": [{"severity", "file", "start_line", "end_line", "quote", "title",
+//! "description", "suggestion", "confidence"}], "files_reviewed": [text]}`, every property
+//! required (nullable ones as `null`). Rules beyond the schema, as P1 rule 4: `file: null`
+//! requires both lines `null` and `quote: null` (a quote needs a file); a file finding requires
+//! both lines, positive, with `start_line <= end_line`. The quote is what grounding checks a
+//! location against, so it is asked for as whole lines copied verbatim.
 
 use std::num::NonZeroU32;
 use std::sync::OnceLock;
@@ -49,6 +51,11 @@ pub struct Finding {
     #[serde(deserialize_with = "Option::deserialize")]
     #[schemars(with = "NullOr<NonZeroU32>")]
     pub end_line: Option<NonZeroU32>,
+    // One line: a doc comment's line breaks would become line breaks in the schema's description.
+    /// The exact code at start_line..end_line that shows the problem, copied verbatim from the file (whole lines), or null for a finding without a file.
+    #[serde(deserialize_with = "Option::deserialize")]
+    #[schemars(with = "NullOr<Text>")]
+    pub quote: Option<Text>,
     /// Short title of the problem.
     pub title: Text,
     /// Evidence and impact: what is wrong, where, and what happens because of it.
@@ -72,6 +79,7 @@ impl JsonContract for ReviewerReport {
     fn check(&self, out: &mut Vec<Violation>) {
         for (i, f) in self.findings.iter().enumerate() {
             path_rule(i, f.file.as_deref(), out);
+            quote_rule(i, f.file.is_some(), f.quote.is_some(), out);
             location_rule(
                 i,
                 f.file.is_some(),
@@ -97,6 +105,12 @@ impl JsonContract for ReviewerReport {
                 }
                 _ => continue,
             };
+            // Only a well-typed quote; a blank or non-string one is the schema walker's to report.
+            if let Some(Value::String(q)) = finding.get("quote")
+                && !q.trim().is_empty()
+            {
+                quote_rule(i, has_file, true, out);
+            }
             let line = |key: &str| match finding.get(key) {
                 Some(Value::Null) => Some(None),
                 Some(v) => v
@@ -122,6 +136,9 @@ impl JsonContract for ReviewerReport {
                     file: Some(Text::known("src/webhook/sender.rs")),
                     start_line: NonZeroU32::new(42),
                     end_line: NonZeroU32::new(48),
+                    quote: Some(Text::known(
+                        "    loop {\n        match self.client.post(&url).json(&delivery).send().await {\n            Ok(response) => return Ok(response),\n            Err(e) if e.is_timeout() && attempt < self.max_retries => {\n                attempt += 1;\n            }\n            Err(e) => return Err(e.into()),",
+                    )),
                     title: t(
                         "Retries re-send non-idempotent deliveries",
                         "重试会重复发送非幂等的投递",
@@ -141,6 +158,7 @@ impl JsonContract for ReviewerReport {
                     file: None,
                     start_line: None,
                     end_line: None,
+                    quote: None,
                     title: t("No test covers the retry path", "没有测试覆盖重试路径"),
                     description: t(
                         "The change adds retry behaviour but no test exercises a failing delivery.",
@@ -161,10 +179,12 @@ impl JsonContract for ReviewerReport {
         match language {
             Language::En => &[
                 "Location: when \"file\" is null, \"start_line\" and \"end_line\" must be null too; when \"file\" is set, both lines must be positive integers with start_line <= end_line.",
+                "Quote: when \"file\" is set, \"quote\" is the code at start_line..end_line copied exactly from the file, whole lines with their indentation, so the location can be checked; when \"file\" is null, \"quote\" must be null.",
                 "Report each problem once; use an empty \"findings\" array when there is none.",
             ],
             Language::ZhCn => &[
                 "位置规则：\"file\" 为 null 时，\"start_line\" 和 \"end_line\" 也必须为 null；\"file\" 有值时，两个行号都必须是正整数，且 start_line <= end_line。",
+                "引用规则：\"file\" 有值时，\"quote\" 是从该文件中原样复制的 start_line..end_line 处的代码（整行，保留缩进），以便核对位置；\"file\" 为 null 时，\"quote\" 必须为 null。",
                 "每个问题只报告一次；没有问题时 \"findings\" 为空数组。",
             ],
         }
@@ -178,6 +198,17 @@ fn path_rule(i: usize, file: Option<&str>, out: &mut Vec<Violation>) {
             DiagnosticCode::ConstraintViolation,
             JsonPath::root().key("findings").index(i).key("file"),
             format!("\"file\" must be {problem}"),
+        ));
+    }
+}
+
+/// Finding `i` may quote code only when it names the file the code is in.
+fn quote_rule(i: usize, has_file: bool, has_quote: bool, out: &mut Vec<Violation>) {
+    if has_quote && !has_file {
+        out.push(Violation::at_value(
+            DiagnosticCode::ConstraintViolation,
+            JsonPath::root().key("findings").index(i).key("quote"),
+            "a finding without a file (\"file\": null) must have \"quote\": null; set \"file\" to the path the quoted code is in, or set \"quote\" to null",
         ));
     }
 }

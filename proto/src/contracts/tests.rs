@@ -137,6 +137,20 @@ fn contract_texts_show_schema_example_and_rules() {
     }
 }
 
+#[test]
+fn the_reviewer_contract_asks_for_a_quote_and_says_when_it_is_null() {
+    for (language, rule) in [
+        (Language::En, "\"quote\" must be null"),
+        (Language::ZhCn, "\"quote\" 必须为 null"),
+    ] {
+        let text = contract_text(ProtocolId::Reviewer, language);
+        assert!(text.contains("\"quote\": {"), "schema: {text}");
+        assert!(text.contains("copied verbatim from the file"), "{text}");
+        assert!(text.contains("\"quote\": \"    loop {"), "example: {text}");
+        assert!(text.contains(rule), "{language}: {text}");
+    }
+}
+
 fn agree<T: JsonContract>(response: &str) -> Result<(), String> {
     let Ok(body) = json_body(response, 0, response.len(), Frame::Response) else {
         return Ok(()); // extraction is shared; both paths see the same refusal

@@ -22,6 +22,7 @@ pub(super) struct Transitions {
     outbox: Outbox,
     finished: IntCounterVec,
     triage_fallbacks: IntCounter,
+    findings_merged: IntCounterVec,
 }
 
 impl Transitions {
@@ -37,6 +38,7 @@ impl Transitions {
             outbox: outbox.clone(),
             finished: deps.metrics.finished.clone(),
             triage_fallbacks: deps.metrics.triage_fallbacks.clone(),
+            findings_merged: deps.metrics.findings_merged.clone(),
         }
     }
 
@@ -65,6 +67,11 @@ impl Transitions {
             .count();
         self.triage_fallbacks
             .inc_by(u64::try_from(fallbacks).unwrap_or(u64::MAX));
+        for merged in &effects.merged {
+            self.findings_merged
+                .with_label_values(&[merged.stage.as_str(), merged.model.as_str()])
+                .inc_by(merged.findings);
+        }
         self.progress.append(&task.id, &effects.events).await;
         if task.state.is_terminal() && !was_terminal {
             self.finished
@@ -84,7 +91,8 @@ impl Transitions {
 #[cfg(test)]
 mod tests {
     use verdict_backends::broker::Route;
-    use verdict_proto::wire::Priority;
+    use verdict_proto::outcome::StageOutcome;
+    use verdict_proto::wire::{Priority, StageKind, StageResult, Usage, WIRE_VERSION};
 
     use super::*;
     use crate::document::TaskState;
@@ -112,6 +120,48 @@ mod tests {
         assert_eq!(
             stored.stage("scan").unwrap().status,
             StageStatus::Dispatched
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn merged_findings_are_counted_by_stage_kind_and_model() {
+        let fx = Fixture::new();
+        let task = fx.started_unpublished_scan().await;
+        let now = fx.now();
+        let finding = serde_json::json!({"severity": "minor", "category": "bug", "file": "src/a.rs",
+            "start_line": 1, "end_line": 1, "title": "Panic on empty input", "description": "d",
+            "suggestion": null, "confidence": 50});
+        let result = StageResult {
+            version: WIRE_VERSION,
+            task_id: task.id.clone(),
+            stage_id: "scan".to_owned(),
+            stage: StageKind::Scan,
+            attempt: 1,
+            outcome: StageOutcome::Ok {
+                value: serde_json::json!({"version": 1, "overall_score": 80, "summary": "s",
+                    "findings": [finding.clone(), finding]}),
+                repaired: false,
+                attempts: 1,
+            },
+            usage: Usage::default(),
+            started_unix_ms: 0,
+            finished_unix_ms: 0,
+            model: Some("m-scan".to_owned()),
+        };
+
+        fx.parts
+            .transitions
+            .apply(&task.id, |t| pipeline::on_result(t, &result, now))
+            .await
+            .unwrap();
+
+        let merged = &fx.metrics().findings_merged;
+        assert_eq!(merged.with_label_values(&["scan", "m-scan"]).get(), 1);
+        let stored = fx.load(&task.id).await;
+        assert_eq!(stored.state, TaskState::Completed);
+        assert_eq!(
+            stored.result.unwrap()["findings"].as_array().unwrap().len(),
+            1
         );
     }
 
