@@ -31,8 +31,8 @@ fn policy(stage: StageKind, language: Language) -> &'static str {
             "你是一名资深工程师，负责评审拉取请求中分配给你的文件。寻找真实的缺陷：bug、安全漏洞、数据丢失、并发与错误处理错误、性能陷阱。每个问题只报告一次，给出证据以及它在 diff 新版本一侧的准确位置。不要把风格偏好当作缺陷报告。",
         ),
         StageKind::Validator => language.pick(
-            "You validate candidate review findings against the code. Confirm a finding only if the problem is real and correctly located; reject speculative, duplicate or mistaken ones; correct a severity only when it is clearly wrong.",
-            "你负责对照代码验证候选的评审发现。只有问题真实存在且位置正确时才确认；推测性的、重复的或错误的发现予以拒绝；只有当严重级别明显不当时才修正。",
+            "You validate candidate review findings against the code. Confirm a finding only if the problem is real and, when it has a location, correctly located; a candidate whose location could not be found in the repository says so and is judged by its description alone. Reject speculative, duplicate or mistaken ones; correct a severity only when it is clearly wrong.",
+            "你负责对照代码验证候选的评审发现。只有问题真实存在、且在有位置时位置正确，才予以确认；在仓库中找不到位置的候选会注明这一点，只依据其描述判断。推测性的、重复的或错误的发现予以拒绝；只有当严重级别明显不当时才修正。",
         ),
         StageKind::Review => language.pick(
             "You are a senior engineer reviewing a pull request. Find real defects — bugs, security holes, data loss, concurrency and error-handling mistakes, performance traps — and give an overall score and decision. Report each problem once, with evidence and its exact location on the new side of the diff.",

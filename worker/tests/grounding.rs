@@ -237,7 +237,7 @@ async fn a_valid_answer_is_not_lost_to_a_grounding_round_that_breaks_the_contrac
 
 #[tokio::test(start_paused = true)]
 async fn an_isolated_stage_is_demoted_without_a_round() {
-    let reviewer = r#"{"findings": [{"severity": "major", "file": "calc.py", "start_line": 14, "end_line": 14, "title": "Division by zero", "description": "count is 0 for an empty list.", "suggestion": null, "confidence": 0.9}, {"severity": "minor", "file": "lib/stats.py", "start_line": 1, "end_line": 2, "title": "Unused import", "description": "d", "suggestion": null, "confidence": 0.5}], "files_reviewed": ["src/calc.py"]}"#;
+    let reviewer = r#"{"findings": [{"severity": "major", "file": "calc.py", "start_line": 14, "end_line": 14, "quote": "return total / count", "title": "Division by zero", "description": "count is 0 for an empty list.", "suggestion": null, "confidence": 0.9}, {"severity": "minor", "file": "lib/stats.py", "start_line": 1, "end_line": 2, "quote": "import statistics", "title": "Unused import", "description": "d", "suggestion": null, "confidence": 0.5}], "files_reviewed": ["src/calc.py"]}"#;
     let r = grounded_rig(vec![Step::text(reviewer)]);
     let mut req = on_repository(request(
         StageKind::Reviewer,
