@@ -122,20 +122,20 @@ async fn run(case: &Case, dir: &Path) -> TaskDocument {
     match case.pipeline.as_str() {
         "scan" => fake.script(
             SCAN_MODEL,
-            Script::always(Behaviour::text(&scan_answer(&case.reported))),
+            Script::always(Behaviour::text(scan_answer(&case.reported))),
         ),
         "single" => fake.script(
             scenario::REVIEW,
-            Script::always(Behaviour::text(&review_answer(&case.reported))),
+            Script::always(Behaviour::text(review_answer(&case.reported))),
         ),
         "multi" => {
             fake.script(
                 scenario::REVIEWER,
-                Script::always(Behaviour::text(&reviewer_answer(&case.reported))),
+                Script::always(Behaviour::text(reviewer_answer(&case.reported))),
             );
             fake.script(
                 scenario::VALIDATOR,
-                Script::always(Behaviour::text(&validator_confirming(case.expect.len()))),
+                Script::always(Behaviour::text(validator_confirming(case.expect.len()))),
             );
         }
         other => panic!("unknown pipeline `{other}`"),
@@ -216,10 +216,10 @@ async fn every_case_shows_its_findings_grounded_and_merged() {
         let mut shown: Vec<Expected> = findings.iter().map(shown).collect();
         for f in &findings {
             // An unlocated finding keeps what the model wrote, and says so.
-            if f["grounding"]["status"] == "unlocated" {
-                if f["grounding"]["reported"]["file"].as_str().is_none() {
-                    failures.push(format!("{name}: unlocated without its reported file: {f}"));
-                }
+            if f["grounding"]["status"] == "unlocated"
+                && f["grounding"]["reported"]["file"].as_str().is_none()
+            {
+                failures.push(format!("{name}: unlocated without its reported file: {f}"));
             }
         }
         for want in &case.expect {
