@@ -76,6 +76,8 @@ impl Finished {
             pipeline: "multi".into(),
             state,
             reason: reason.map(str::to_owned),
+            failure_kind: None,
+            repository: None,
             result,
             stages: vec![],
             events: events.clone(),

@@ -15,8 +15,11 @@ use verdict_backends::repo::{GitRepositorySource, GitSourceConfig};
 use verdict_backends::store::DocumentStore;
 use verdict_proto::outcome::FailureKind;
 use verdict_proto::wire::{EventType, Priority};
+use verdict_scheduler::document::RepositoryView;
 use verdict_scheduler::document::{TaskDocument, TaskState};
-use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions, TaskService};
+use verdict_scheduler::service::{
+    ReviewSubmission, ScanSubmission, SubmissionOptions, TaskService,
+};
 use verdict_testkit::scenario::{self, Isolation};
 use verdict_testkit::{Behaviour, FakeProvider, Script};
 
@@ -77,6 +80,31 @@ async fn run(rig: &Rig, pipeline: &str) -> TaskDocument {
 
 fn types(doc: &TaskDocument) -> Vec<EventType> {
     doc.events.iter().map(|e| e.kind).collect()
+}
+
+/// The full commit id `revision` names in the sample repository, as git itself says.
+fn commit_of(rig: &Rig, revision: &str) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-C", &rig.repo, "rev-parse", "--verify"])
+        .arg(format!("{revision}^{{commit}}"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{revision}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+async fn scan(rig: &Rig, revision: &str) -> TaskDocument {
+    let submission = ScanSubmission {
+        repository: rig.repo.clone(),
+        revision: revision.to_owned(),
+        options: SubmissionOptions::default(),
+    };
+    let id = rig.pool.scheduler.submit_scan(submission).await.unwrap().id;
+    let doc = rig.pool.wait(&id, Duration::from_secs(60)).await.unwrap();
+    assert!(doc.state.is_terminal(), "task did not finish: {doc:#?}");
+    doc
 }
 
 fn happy(fake: &FakeProvider) {
@@ -303,5 +331,121 @@ async fn the_same_stage_delivered_twice_calls_the_provider_once() {
     assert_eq!(
         rig.pool.scheduler.task(&id).await.unwrap().state,
         TaskState::Completed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_of_head_a_tag_and_a_short_sha_work_on_the_full_commit() {
+    let rig = rig(|fake| {
+        fake.script(
+            scenario::DEFAULT,
+            Script::always(Behaviour::text(scenario::SCAN_OK)),
+        )
+    })
+    .await;
+    let main = commit_of(&rig, "main");
+    for revision in [
+        "HEAD",
+        "v0.3.0",
+        &main[..8],
+        "origin/main",
+        "feature/coupons~1",
+    ] {
+        let doc = scan(&rig, revision).await;
+        assert_eq!(doc.state, TaskState::Completed, "{revision}: {doc:#?}");
+        assert_eq!(
+            doc.repository,
+            Some(RepositoryView {
+                url: rig.repo.clone(),
+                revision: revision.to_owned(),
+                commit: Some(main.clone()),
+                base_revision: None,
+                base: None,
+            }),
+            "{revision}"
+        );
+        assert_eq!(doc.result.as_ref().unwrap()["overall_score"], 80);
+    }
+    let asked = rig.fake.requests_for(scenario::DEFAULT);
+    assert_eq!(asked.len(), 5);
+    assert!(
+        asked.iter().all(|r| r.body.to_string().contains(&main)),
+        "every scan stage was told the full commit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviews_of_head_a_tag_and_a_short_sha_record_the_full_commits() {
+    let rig = rig(happy).await;
+    let (main, feature) = (commit_of(&rig, "main"), commit_of(&rig, "feature/coupons"));
+    for (base, head) in [
+        ("HEAD", &feature[..10]),
+        ("v0.3.0", "feature/coupons"),
+        (&main[..7], "origin/feature/coupons"),
+    ] {
+        let mut submission = review(&rig, "single");
+        submission.base = base.to_owned();
+        submission.head = head.to_owned();
+        let id = rig
+            .pool
+            .scheduler
+            .submit_review(submission)
+            .await
+            .unwrap()
+            .id;
+        let doc = rig.pool.wait(&id, Duration::from_secs(60)).await.unwrap();
+        assert_eq!(doc.state, TaskState::Completed, "{base}...{head}: {doc:#?}");
+        assert_eq!(
+            doc.repository,
+            Some(RepositoryView {
+                url: rig.repo.clone(),
+                revision: head.to_owned(),
+                commit: Some(feature.clone()),
+                base_revision: Some(base.to_owned()),
+                base: Some(main.clone()),
+            }),
+            "{base}...{head}"
+        );
+        assert_eq!(doc.coverage.files_reviewed.len(), 2, "the change was read");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_that_does_not_exist_is_not_found_naming_it() {
+    let rig = rig(happy).await;
+    let doc = scan(&rig, "no-such-branch").await;
+    assert_eq!(doc.state, TaskState::Incomplete, "{doc:#?}");
+    assert_eq!(doc.failure_kind, Some(FailureKind::NotFound));
+    let reason = doc.reason.as_deref().unwrap();
+    assert!(
+        reason.starts_with(&format!(
+            "revision `no-such-branch` was not found in repository {}; check the branch, tag or commit name",
+            rig.repo
+        )),
+        "{reason}"
+    );
+    assert!(doc.stages.is_empty(), "no stage ran");
+
+    let mut submission = review(&rig, "single");
+    submission.head = "feature/no-such".into();
+    let id = rig
+        .pool
+        .scheduler
+        .submit_review(submission)
+        .await
+        .unwrap()
+        .id;
+    let doc = rig.pool.wait(&id, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(doc.state, TaskState::Incomplete, "{doc:#?}");
+    assert_eq!(doc.failure_kind, Some(FailureKind::NotFound));
+    assert!(
+        doc.reason
+            .as_deref()
+            .unwrap()
+            .contains("revision `feature/no-such` was not found")
+    );
+    assert!(
+        rig.fake.requests_for(scenario::REVIEW).is_empty(),
+        "no provider was asked"
     );
 }

@@ -16,6 +16,7 @@
 //! - [`repair`]: the texts of repair rounds, conversation and isolated (E3).
 //! - [`outcome`]: the classified end of every stage attempt (E4).
 //! - [`redact`]: secret redaction and safe previews (E4, O4, R3).
+//! - [`revision`]: the one syntax rule for a revision a person types (SHA, branch, tag, `HEAD~1`).
 //! - [`wire`]: the versioned messages between scheduler and workers.
 //! - [`chat`]: the provider-neutral chat vocabulary (messages, tool calls, request, response).
 //! - [`transcript`]: what one stage attempt did, as stored for operators (O4).
@@ -42,6 +43,7 @@ pub mod protocol;
 pub mod redact;
 pub mod repair;
 pub mod review;
+pub mod revision;
 pub mod scan;
 pub mod severity;
 pub mod transcript;

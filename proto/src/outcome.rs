@@ -81,12 +81,20 @@ pub enum FailureKind {
     ProcessExit,
     /// The task was cancelled or the worker is shutting down.
     Cancelled,
+    /// The request names something that does not exist: a repository, or a revision in it.
+    NotFound,
+    /// The request itself is malformed (a reference git would misread, a missing field), as
+    /// opposed to [`FailureKind::BadRequest`], a request verdict made to a provider.
+    InvalidRequest,
+    /// The repository could not be read right now: its host is unreachable, or git or the
+    /// local repository cache failed.
+    RepositoryUnavailable,
     /// A bug or an unexpected state in verdict itself.
     Internal,
 }
 
 impl FailureKind {
-    pub const ALL: [FailureKind; 9] = [
+    pub const ALL: [FailureKind; 12] = [
         FailureKind::ProviderUnavailable,
         FailureKind::RateLimited,
         FailureKind::Timeout,
@@ -95,6 +103,9 @@ impl FailureKind {
         FailureKind::ProcessStart,
         FailureKind::ProcessExit,
         FailureKind::Cancelled,
+        FailureKind::NotFound,
+        FailureKind::InvalidRequest,
+        FailureKind::RepositoryUnavailable,
         FailureKind::Internal,
     ];
 
@@ -108,17 +119,23 @@ impl FailureKind {
             FailureKind::ProcessStart => "process_start",
             FailureKind::ProcessExit => "process_exit",
             FailureKind::Cancelled => "cancelled",
+            FailureKind::NotFound => "not_found",
+            FailureKind::InvalidRequest => "invalid_request",
+            FailureKind::RepositoryUnavailable => "repository_unavailable",
             FailureKind::Internal => "internal",
         }
     }
 
-    /// Whether a failure of this kind is worth retrying (SPEC E5): transient transport and
-    /// provider conditions are; credentials, bad requests, broken processes, cancellation and our
-    /// own bugs are not.
+    /// Whether a failure of this kind is worth retrying (SPEC E5): transient transport,
+    /// provider and repository-host conditions are; credentials, bad or mistaken requests,
+    /// broken processes, cancellation and our own bugs are not.
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            FailureKind::ProviderUnavailable | FailureKind::RateLimited | FailureKind::Timeout
+            FailureKind::ProviderUnavailable
+                | FailureKind::RateLimited
+                | FailureKind::Timeout
+                | FailureKind::RepositoryUnavailable
         )
     }
 }
@@ -146,6 +163,10 @@ mod tests {
         assert_eq!(o.label(), "execution_failure");
         for k in FailureKind::ALL {
             assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+            assert_eq!(
+                serde_json::from_value::<FailureKind>(k.as_str().into()).unwrap(),
+                k
+            );
         }
     }
 
@@ -160,7 +181,8 @@ mod tests {
             [
                 FailureKind::ProviderUnavailable,
                 FailureKind::RateLimited,
-                FailureKind::Timeout
+                FailureKind::Timeout,
+                FailureKind::RepositoryUnavailable
             ]
         );
     }

@@ -102,6 +102,26 @@ pub struct Timings {
     pub deadline_unix_ms: u64,
 }
 
+/// The repository a task looks at: the revisions as the request gave them, and the commits
+/// intake resolved them to, which every stage works on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepositoryView {
+    /// The repository's URL or path, credentials redacted.
+    pub url: String,
+    /// The revision as given: a review's head, a scan's or an issue analysis's revision.
+    pub revision: String,
+    /// The full commit id `revision` was resolved to at intake; absent until then (and when
+    /// intake failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// A review's base revision as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_revision: Option<String>,
+    /// The full commit id `base_revision` was resolved to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+}
+
 /// The whole document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskDocument {
@@ -113,6 +133,14 @@ pub struct TaskDocument {
     /// Why the task ended where it did (terminal states), in plain words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Why the task could not run, classified (SPEC E4 kinds): from intake (`not_found` for a
+    /// revision or repository that does not exist, `invalid_request`, `repository_unavailable`)
+    /// or from the stage whose execution failure ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<FailureKind>,
+    /// The repository and revisions, for tasks that have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<RepositoryView>,
     /// The result model (review, issue analysis or scan) once terminal with a result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,

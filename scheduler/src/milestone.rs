@@ -245,6 +245,8 @@ mod tests {
             pipeline: "multi".into(),
             state: TaskState::Completed,
             reason: None,
+            failure_kind: None,
+            repository: None,
             result: Some(serde_json::json!({
                 "score": 5,
                 "decision": "request_changes",

@@ -142,12 +142,14 @@ pub fn start(task: &mut TaskRecord, now: u64) -> Effects {
     fx
 }
 
-/// Ends a task that could not even start (repository unreachable, bad revision): `incomplete`.
-pub fn fail_intake(task: &mut TaskRecord, reason: String, now: u64) -> Effects {
+/// Ends a task that could not even start (repository unreachable, bad revision): `incomplete`,
+/// with the failure's kind.
+pub fn fail_intake(task: &mut TaskRecord, reason: String, kind: FailureKind, now: u64) -> Effects {
     let mut fx = Effects::default();
     if task.state.is_terminal() {
         return fx;
     }
+    task.failure_kind = Some(kind);
     finish(task, TaskState::Incomplete, reason, None, now, &mut fx);
     fx
 }
@@ -204,6 +206,7 @@ pub fn on_result(task: &mut TaskRecord, result: &StageResult, now: u64) -> Effec
         ..
     } = &result.outcome
     {
+        task.failure_kind = Some(*failure);
         let (state, reason) = if *failure == FailureKind::Cancelled {
             (TaskState::Aborted, format!("stage {id} was cancelled"))
         } else {

@@ -17,9 +17,12 @@ use crate::document::TaskDocument;
 pub struct ReviewSubmission {
     /// A git URL or a path the scheduler can read.
     pub repository: String,
-    /// The base revision (commit, branch or tag) of the change.
+    /// The base revision of the change, as a person types it to git: a full or abbreviated
+    /// commit SHA, a branch, a tag, `HEAD` (the repository's default branch), `origin/<branch>`,
+    /// optionally followed by `~n`/`^n` steps ([`verdict_proto::revision`]). Resolved to a full
+    /// commit id once, when the task is taken in; every stage works on that commit.
     pub base: String,
-    /// The head revision of the change.
+    /// The head revision of the change, written like `base`.
     pub head: String,
     /// `multi` (S1, default) or `single` (S2).
     #[serde(default)]
@@ -39,7 +42,8 @@ pub struct IssueAnalysisSubmission {
     /// The repository the issue belongs to (gives the model code to look at when tools are on).
     #[serde(default)]
     pub repository: Option<String>,
-    /// The revision to analyse against; defaults to the repository's default branch head.
+    /// The revision to analyse against, written like a review's `base`; defaults to `HEAD`, the
+    /// repository's default branch. Only with `repository`.
     #[serde(default)]
     pub revision: Option<String>,
     pub issue: IssueInput,
@@ -67,6 +71,7 @@ pub struct IssueInput {
 #[serde(deny_unknown_fields)]
 pub struct ScanSubmission {
     pub repository: String,
+    /// The revision to scan, written like a review's `base`.
     pub revision: String,
     #[serde(default)]
     pub options: SubmissionOptions,

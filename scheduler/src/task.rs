@@ -4,12 +4,15 @@
 
 use serde::{Deserialize, Serialize};
 use verdict_proto::Language;
-use verdict_proto::outcome::StageOutcome;
+use verdict_proto::outcome::{FailureKind, StageOutcome};
+use verdict_proto::redact::redact_urls;
 use verdict_proto::wire::{
     InputRef, Priority, ProgressEvent, RepositoryRef, StageKind, StageRequest, Usage,
 };
 
-use crate::document::{Coverage, StageView, TaskDocument, TaskKind, TaskState, Timings};
+use crate::document::{
+    Coverage, RepositoryView, StageView, TaskDocument, TaskKind, TaskState, Timings,
+};
 use crate::service::IssueInput;
 
 /// Which pipeline a task runs (SPEC S1–S4).
@@ -111,6 +114,16 @@ pub struct DiffFile {
     pub excluded: Option<String>,
 }
 
+/// The revisions as the request gave them, kept when intake resolves them to commits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GivenRevisions {
+    /// A review's head, a scan's or an issue analysis's revision.
+    pub head: String,
+    /// A review's base.
+    #[serde(default)]
+    pub base: Option<String>,
+}
+
 /// The task as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskRecord {
@@ -119,10 +132,19 @@ pub struct TaskRecord {
     pub state: TaskState,
     #[serde(default)]
     pub reason: Option<String>,
+    /// Why the task could not run, classified; set with `reason` when intake or a stage's
+    /// execution failure ends it.
+    #[serde(default)]
+    pub failure_kind: Option<FailureKind>,
     pub language: Language,
     pub priority: Priority,
+    /// The repository as given until intake, then with its revisions resolved to full commit
+    /// ids (what every stage works on).
     #[serde(default)]
     pub repository: Option<RepositoryRef>,
+    /// The revisions as given, set by intake when it resolves `repository`; `None` before.
+    #[serde(default)]
+    pub revisions: Option<GivenRevisions>,
     pub inputs: TaskInputs,
     pub settings: crate::pipeline::PipelineSettings,
     pub stages: Vec<StageRecord>,
@@ -166,6 +188,8 @@ impl TaskRecord {
             pipeline: self.pipeline.as_str().to_owned(),
             state: self.state,
             reason: self.reason.clone(),
+            failure_kind: self.failure_kind,
+            repository: self.repository_view(),
             result: self.result.clone(),
             stages: self.stages.iter().map(stage_view).collect(),
             events,
@@ -178,6 +202,31 @@ impl TaskRecord {
             },
             usage: self.usage(),
         }
+    }
+}
+
+impl TaskRecord {
+    /// The repository as the document shows it: given revisions and, once intake resolved them,
+    /// their commits.
+    fn repository_view(&self) -> Option<RepositoryView> {
+        let repo = self.repository.as_ref()?;
+        let url = redact_urls(&repo.url);
+        Some(match &self.revisions {
+            Some(given) => RepositoryView {
+                url,
+                revision: given.head.clone(),
+                commit: Some(repo.commit.clone()),
+                base_revision: given.base.clone(),
+                base: repo.base.clone(),
+            },
+            None => RepositoryView {
+                url,
+                revision: repo.commit.clone(),
+                commit: None,
+                base_revision: repo.base.clone(),
+                base: None,
+            },
+        })
     }
 }
 

@@ -55,6 +55,8 @@ fn document(id: &str, kind: TaskKind, pipeline: &str) -> TaskDocument {
         pipeline: pipeline.to_owned(),
         state: TaskState::Queued,
         reason: None,
+        failure_kind: None,
+        repository: None,
         result: None,
         stages: vec![],
         events: vec![],
@@ -514,6 +516,160 @@ async fn a_service_rejection_is_a_400_naming_the_field() {
     let (code, message) = error_of(r, StatusCode::BAD_REQUEST).await;
     assert_eq!(code, "invalid_request");
     assert!(message.contains("`repository` is empty"), "{message}");
+}
+
+/// The real scheduler behind the API, on the in-memory backends, with repository [`REPO_URL`]
+/// whose `HEAD` is [`HEAD_COMMIT`].
+async fn serve_scheduler() -> Server {
+    use verdict_backends::broker::memory::MemoryBroker;
+    use verdict_backends::clock::SystemClock;
+    use verdict_backends::repo::MemoryRepositorySource;
+    use verdict_backends::store::memory::MemoryStore;
+    use verdict_scheduler::engine::{Scheduler, SchedulerDeps, SchedulerSettings};
+    use verdict_scheduler::metrics::SchedulerMetrics;
+    use verdict_scheduler::pipeline::PipelineSettings;
+
+    let store = Arc::new(MemoryStore::new());
+    let repositories = Arc::new(MemoryRepositorySource::new());
+    repositories.insert_revision(REPO_URL, "HEAD", HEAD_COMMIT);
+    let registry = prometheus::Registry::new();
+    let deps = SchedulerDeps {
+        broker: Arc::new(MemoryBroker::new()),
+        documents: store.clone(),
+        events: store.clone(),
+        cancels: store.clone(),
+        inputs: store,
+        repositories,
+        clock: Arc::new(SystemClock),
+        metrics: SchedulerMetrics::register(&registry).unwrap(),
+    };
+    let settings = SchedulerSettings {
+        pipeline: PipelineSettings {
+            triage: false,
+            reviewers: 1,
+            max_diff_bytes_per_reviewer: 10_000,
+            max_diff_bytes: 100_000,
+            stages: Default::default(),
+            issue_categories: None,
+        },
+        review_timeout: Duration::from_secs(600),
+        language: verdict_proto::Language::En,
+        message_max_bytes: 1 << 20,
+        sweep_interval: Duration::from_secs(3600),
+        stall_after: Duration::from_secs(3600),
+    };
+    let scheduler = Arc::new(Scheduler::new(deps, settings));
+    let auth = ApiAuth::new([Secret::new(TOKEN)]).unwrap();
+    let router = api::router(scheduler, auth, registry);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    Server {
+        base: format!("http://{addr}"),
+        fake: Arc::new(Fake::default()),
+        http: reqwest::Client::new(),
+    }
+}
+
+const REPO_URL: &str = "https://x-access-token:s3cret@git.example.com/shop.git";
+const HEAD_COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+/// The task's document once `done` holds for it (intake runs in the background).
+async fn document_when(srv: &Server, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let doc: Value = srv
+                .get(&format!("/v1/tasks/{id}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if done(&doc) {
+                return doc;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the task reaches the state in time")
+}
+
+#[tokio::test]
+async fn an_option_like_revision_is_a_400_naming_it() {
+    let srv = serve_scheduler().await;
+    let cases = [
+        (
+            "/v1/scans",
+            json!({"repository": REPO_URL, "revision": "--upload-pack=touch /tmp/pwned"}),
+            "revision: revision `--upload-pack=touch /tmp/pwned` starts with `-`, which git would read as an option",
+        ),
+        (
+            "/v1/reviews",
+            json!({"repository": REPO_URL, "base": "main", "head": "-x"}),
+            "head: revision `-x` starts with `-`",
+        ),
+        (
+            "/v1/reviews",
+            json!({"repository": REPO_URL, "base": "main..feature", "head": "feature"}),
+            "base: revision `main..feature` is a range",
+        ),
+        (
+            "/v1/issue-analyses",
+            json!({"repository": REPO_URL, "revision": "main@{1}", "issue": {"title": "Crash"}}),
+            "revision: revision `main@{1}` contains `@`",
+        ),
+    ];
+    for (path, body, expected) in cases {
+        let r = srv.post_json(path, &body.to_string()).send().await.unwrap();
+        let (code, message) = error_of(r, StatusCode::BAD_REQUEST).await;
+        assert_eq!(code, "invalid_request");
+        assert!(message.starts_with(expected), "{path}: {message}");
+        assert!(
+            message.contains("name a commit SHA, a branch or a tag"),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_task_shows_the_revision_given_and_the_commit_it_resolved_to() {
+    let srv = serve_scheduler().await;
+    let body = json!({"repository": REPO_URL, "revision": "HEAD"}).to_string();
+    let r = srv.post_json("/v1/scans", &body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let id = r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let doc = document_when(&srv, &id, |d| d["repository"]["commit"].is_string()).await;
+    assert_eq!(
+        doc["repository"],
+        json!({
+            "url": "https://x-access-token:[REDACTED]@git.example.com/shop.git",
+            "revision": "HEAD",
+            "commit": HEAD_COMMIT,
+        })
+    );
+    assert_eq!(doc["state"], "running");
+    assert!(doc.get("failure_kind").is_none(), "{doc}");
+
+    let body = json!({"repository": REPO_URL, "revision": "no-such-branch"}).to_string();
+    let r = srv.post_json("/v1/scans", &body).send().await.unwrap();
+    let id = r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let doc = document_when(&srv, &id, |d| d["state"] == "incomplete").await;
+    assert_eq!(doc["failure_kind"], "not_found");
+    let reason = doc["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("revision `no-such-branch` was not found in repository https://x-access-token:[REDACTED]@git.example.com/shop.git"),
+        "{reason}"
+    );
+    assert_eq!(doc["repository"]["revision"], "no-such-branch");
+    assert!(doc["repository"].get("commit").is_none(), "{doc}");
 }
 
 #[tokio::test]

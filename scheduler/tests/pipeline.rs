@@ -68,6 +68,7 @@ fn task(pipeline: PipelineKind, triage: bool, reviewers: u8) -> TaskRecord {
         pipeline,
         state: TaskState::Queued,
         reason: None,
+        failure_kind: None,
         language: Language::En,
         priority: Priority::Interactive,
         repository: Some(RepositoryRef {
@@ -75,6 +76,7 @@ fn task(pipeline: PipelineKind, triage: bool, reviewers: u8) -> TaskRecord {
             commit: "head".into(),
             base: Some("base".into()),
         }),
+        revisions: None,
         inputs: TaskInputs {
             title: Some("Add tokens()".into()),
             diff_files: vec![
@@ -613,6 +615,12 @@ fn triage_execution_failure_is_incomplete_and_cancellation_aborts() {
     );
     assert_eq!(t.state, TaskState::Incomplete);
     assert!(t.result.is_none(), "nothing publishable");
+    assert_eq!(t.failure_kind, Some(FailureKind::ProcessExit));
+    assert_eq!(
+        t.document(vec![]).failure_kind,
+        Some(FailureKind::ProcessExit),
+        "the task says why it could not run"
+    );
 
     let mut t = task(PipelineKind::Multi, true, 2);
     pipeline::start(&mut t, 1);
@@ -622,6 +630,21 @@ fn triage_execution_failure_is_incomplete_and_cancellation_aborts() {
         2,
     );
     assert_eq!(t.state, TaskState::Aborted);
+    assert_eq!(t.failure_kind, Some(FailureKind::Cancelled));
+}
+
+#[test]
+fn a_failed_intake_is_incomplete_with_its_kind() {
+    let mut t = task(PipelineKind::Scan, false, 1);
+    pipeline::fail_intake(
+        &mut t,
+        "revision `x` was not found".into(),
+        FailureKind::NotFound,
+        5,
+    );
+    assert_eq!(t.state, TaskState::Incomplete);
+    assert_eq!(t.failure_kind, Some(FailureKind::NotFound));
+    assert_eq!(t.reason.as_deref(), Some("revision `x` was not found"));
 }
 
 #[test]

@@ -36,7 +36,8 @@ struct ReviewArgs {
     /// The repository: a git URL or a path the scheduler can read.
     #[arg(long, value_name = "URL_OR_PATH")]
     repo: String,
-    /// The base revision (commit, branch or tag) of the change.
+    /// The base revision of the change: a SHA, a branch, a tag, `HEAD`, `origin/main`,
+    /// `feature~1`…
     #[arg(long, value_name = "REV")]
     base: String,
     /// The head revision of the change.
@@ -79,7 +80,7 @@ struct IssueArgs {
     /// The repository the issue belongs to, so the analysis can look at its code.
     #[arg(long, value_name = "URL_OR_PATH")]
     repo: Option<String>,
-    /// The revision to analyse against (default: the repository's default branch).
+    /// The revision to analyse against (default: `HEAD`, the repository's default branch).
     #[arg(long, value_name = "REV")]
     revision: Option<String>,
     /// The categories the analysis must choose from (comma-separated; default: configured).
@@ -98,7 +99,7 @@ struct ScanArgs {
     /// The repository: a git URL or a path the scheduler can read.
     #[arg(long, value_name = "URL_OR_PATH")]
     repo: String,
-    /// The revision to scan.
+    /// The revision to scan: a SHA, a branch, a tag, `HEAD`, `origin/main`, `feature~1`…
     #[arg(long, value_name = "REV")]
     revision: String,
     #[command(flatten)]

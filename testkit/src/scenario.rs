@@ -10,6 +10,8 @@ pub const SUMMARY: &str = "m-summary";
 pub const REVIEWER: &str = "m-reviewer";
 pub const VALIDATOR: &str = "m-validator";
 pub const REVIEW: &str = "m-review";
+/// The model of stages [`config_toml`] gives no model of their own (scans, issue analyses).
+pub const DEFAULT: &str = "m-default";
 
 /// Prose a model writes instead of its contract.
 pub const PROSE: &str =
@@ -27,6 +29,8 @@ pub const REVIEWER_NONE: &str = r#"{"findings": [], "files_reviewed": ["tests/te
 pub const VALIDATOR_OK: &str = r#"{"verdicts": [{"id": "F1", "verdict": "confirmed", "severity": null, "reason": "count is 0 for an empty cart."}]}"#;
 
 pub const REVIEW_OK: &str = "<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>5</SCORE>\n<DECISION>request_changes</DECISION>\n<DECISION_REASON>\nAn empty cart crashes average_item_price_cents.\n</DECISION_REASON>\n<SUMMARY>\nAdds coupons and an average item price.\n</SUMMARY>\n<FINDINGS>\n<FINDING>\n<SEVERITY>major</SEVERITY>\n<FILE>src/shopcart/cart.py</FILE>\n<START_LINE>57</START_LINE>\n<END_LINE>59</END_LINE>\n<TITLE>Division by zero on an empty cart</TITLE>\n<DESCRIPTION>\nThe item count is 0 for an empty cart.\n</DESCRIPTION>\n<SUGGESTION>NONE</SUGGESTION>\n</FINDING>\n</FINDINGS>\n</SAKURA_REVIEW>\n";
+
+pub const SCAN_OK: &str = "<SAKURA_SCAN>\n<VERSION>1</VERSION>\n<OVERALL_SCORE>80</OVERALL_SCORE>\n<SUMMARY>\nA small cart library with one risky division.\n</SUMMARY>\n<FINDINGS>\n<FINDING>\n<SEVERITY>minor</SEVERITY>\n<CATEGORY>reliability</CATEGORY>\n<FILE>NONE</FILE>\n<START_LINE>NONE</START_LINE>\n<END_LINE>NONE</END_LINE>\n<TITLE>No tests for empty carts</TITLE>\n<DESCRIPTION>\nNothing covers an empty cart.\n</DESCRIPTION>\n<SUGGESTION>NONE</SUGGESTION>\n<CONFIDENCE>70</CONFIDENCE>\n</FINDING>\n</FINDINGS>\n</SAKURA_SCAN>\n";
 
 /// Where the run's state lives, so parallel tests never share queues or keys.
 #[derive(Debug, Clone)]
@@ -89,7 +93,7 @@ triage = true
 [providers.fake]
 kind = "openai"
 base_url = "{base_url}"
-model = "m-default"
+model = "{default}"
 timeout_seconds = 20
 connect_timeout_seconds = 2
 
@@ -116,11 +120,12 @@ model = "{review}"
         reviewer = REVIEWER,
         validator = VALIDATOR,
         review = REVIEW,
+        default = DEFAULT,
     )
 }
 
-/// Builds the sample repository (`ops/bin/sample-repo`) in `dir`; base `main`, head
-/// `feature/coupons`.
+/// Builds the sample repository (`ops/bin/sample-repo`) in `dir`; base `main` (also its HEAD and
+/// tagged `v0.3.0`), head `feature/coupons`.
 pub fn sample_repo(dir: &Path) -> std::io::Result<PathBuf> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/bin/sample-repo");
     let out = std::process::Command::new(script).arg(dir).output()?;

@@ -315,8 +315,158 @@ async fn a_missing_commit_is_not_retryable() {
         );
         assert!(!err.is_retryable());
     }
-    let err = snapshot(&source, &fx.local(), "HEAD~1").await.unwrap_err();
-    assert!(matches!(err, RepoError::InvalidReference { .. }), "{err}");
+    let err = snapshot(&source, &fx.local(), "main..HEAD")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RepoError::InvalidRevision(_)), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Revisions as people type them
+
+async fn resolve(
+    source: &dyn RepositorySource,
+    url: &str,
+    revision: &str,
+) -> Result<String, RepoError> {
+    source
+        .resolve(url, revision, &CancellationToken::new())
+        .await
+}
+
+#[tokio::test]
+async fn revisions_resolve_as_people_type_them() {
+    let fx = Fixture::two_commits();
+    let (first, second) = (fx.commits[0].clone(), fx.commits[1].clone());
+    fx.git(&["tag", "--annotate", "v1.0", "--message", "v1.0", &first]);
+    fx.git(&["tag", "light", &second]);
+    fx.git(&["branch", "feature", &second]);
+    let source = fx.source(u64::MAX);
+    let url = fx.local();
+    for (revision, expected) in [
+        ("HEAD", &second),
+        ("HEAD~1", &first),
+        ("HEAD^", &first),
+        ("main", &second),
+        ("origin/main", &second),
+        ("refs/remotes/origin/main", &second),
+        ("origin/feature~1", &first),
+        ("feature~1", &first),
+        ("feature^1", &first),
+        ("v1.0", &first),
+        ("light", &second),
+        ("refs/tags/v1.0", &first),
+        (&first[..7], &first),
+        (&second[..12], &second),
+        (&second, &second),
+        (&format!("{second}~1"), &first),
+    ] {
+        assert_eq!(
+            &resolve(&source, &url, revision).await.unwrap(),
+            expected,
+            "{revision}"
+        );
+    }
+    for revision in [
+        "no-such-branch",
+        "origin/no-such-branch",
+        "HEAD~5",
+        "v9",
+        "upstream/main",
+    ] {
+        let err = resolve(&source, &url, revision).await.unwrap_err();
+        assert!(
+            matches!(err, RepoError::CommitNotFound { .. }),
+            "{revision}: {err}"
+        );
+        assert!(
+            err.to_string()
+                .contains(&format!("revision `{revision}` was not found")),
+            "{err}"
+        );
+    }
+
+    // The same syntax for both ends of a change.
+    let change = source
+        .change(&url, "v1.0", "HEAD", &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!((change.base, change.head), (first.clone(), second.clone()));
+}
+
+#[tokio::test]
+async fn head_is_the_remotes_default_branch_as_it_is_now() {
+    let fx = Fixture::two_commits();
+    let source = fx.source(u64::MAX);
+    let url = fx.file_url();
+    assert_eq!(resolve(&source, &url, "HEAD").await.unwrap(), fx.commits[1]);
+    // The remote's HEAD moves to another branch: the mirror follows, whatever its own HEAD.
+    fx.git(&["checkout", "--quiet", "-b", "older", &fx.commits[0]]);
+    assert_eq!(resolve(&source, &url, "HEAD").await.unwrap(), fx.commits[0]);
+    let snap = snapshot(&source, &url, "HEAD").await.unwrap();
+    assert_eq!(snap.commit(), fx.commits[0]);
+    assert_eq!(read(&snap, "a.txt"), "first\n");
+}
+
+#[tokio::test]
+async fn a_remote_without_a_head_still_serves_its_branches() {
+    let fx = Fixture::two_commits();
+    let bare = fx.dir.path().join("bare.git");
+    fx.git(&["init", "--quiet", "--bare", bare.to_str().unwrap()]);
+    fx.git(&["push", "--quiet", bare.to_str().unwrap(), "main"]);
+    fx.git(&[
+        "--git-dir",
+        bare.to_str().unwrap(),
+        "symbolic-ref",
+        "HEAD",
+        "refs/heads/gone",
+    ]);
+    let source = fx.source(u64::MAX);
+    let url = bare.display().to_string();
+    let err = resolve(&source, &url, "HEAD").await.unwrap_err();
+    assert!(matches!(err, RepoError::CommitNotFound { .. }), "{err}");
+    assert!(!err.is_retryable());
+    assert_eq!(resolve(&source, &url, "main").await.unwrap(), fx.commits[1]);
+    assert_eq!(
+        resolve(&source, &url, "main~1").await.unwrap(),
+        fx.commits[0]
+    );
+}
+
+#[tokio::test]
+async fn option_like_revisions_are_refused_before_any_process_runs() {
+    let fx = Fixture::two_commits();
+    let mut config = fx.config(u64::MAX);
+    // Any git process would fail with GitNotInstalled; a refusal must come first.
+    config.git_program = fx.dir.path().join("no-such-git");
+    let source = GitRepositorySource::open(config).unwrap();
+    for revision in [
+        "--upload-pack=touch /tmp/pwned",
+        "-x",
+        "main..feature",
+        "main@{1}",
+        "main:secret",
+        "a b",
+        "feat*",
+        "a\\b",
+        "v1.0^{commit}",
+    ] {
+        let err = resolve(&source, &fx.local(), revision).await.unwrap_err();
+        assert!(
+            matches!(err, RepoError::InvalidRevision(_)),
+            "{revision}: {err}"
+        );
+        let err = source
+            .change(&fx.local(), "main", revision, &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, RepoError::InvalidRevision(_)),
+            "{revision}: {err}"
+        );
+    }
+    let err = resolve(&source, &fx.local(), "main").await.unwrap_err();
+    assert!(matches!(err, RepoError::GitNotInstalled { .. }), "{err}");
 }
 
 #[tokio::test]

@@ -651,6 +651,23 @@ async fn unauthorised_is_auth_and_not_retried() {
 }
 
 #[tokio::test]
+async fn a_commit_the_repository_lacks_is_not_found_and_no_provider_is_called() {
+    let e = env(ProviderKind::Openai, Script::always(Behaviour::text(VALID))).await;
+    let mut req = request(StageKind::Review, true, LONG);
+    req.repository.as_mut().unwrap().commit = "0".repeat(40);
+    let x = run(&e, &req).await;
+    match &x.result.outcome {
+        StageOutcome::ExecutionFailure {
+            kind: FailureKind::NotFound,
+            retryable: false,
+            message,
+        } => assert!(message.contains(&"0".repeat(40)), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(e.fake.requests_for(MODEL).is_empty());
+}
+
+#[tokio::test]
 async fn transport_timeout_is_timeout() {
     for kind in KINDS {
         let fake = FakeProvider::start().await;

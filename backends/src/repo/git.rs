@@ -4,13 +4,23 @@
 //!
 //! # What a request may name
 //! `repo.url` is anything `git fetch` accepts: an `https://`/`ssh://`/`git@host:` URL, a
-//! `file://` URL or an absolute local path. `repo.commit` is a full or abbreviated commit SHA, a
-//! branch or a tag name (letters, digits, `.`, `_`, `-`, `/`; not `HEAD`, `~`, `^` or `@{…}`).
-//! A hex name that already resolves in the mirror is used without fetching (commits never
-//! change); anything else is resolved after fetching every ref of the remote (`+refs/*:refs/*`,
-//! so GitHub's `refs/pull/*` heads are included), and a full SHA that is still unknown is
-//! fetched by itself, which most hosts allow for reachable commits. The snapshot is keyed by the
-//! resolved full SHA, so abbreviated and full names share one cache entry.
+//! `file://` URL or an absolute local path. `repo.commit` is a revision as a person types it
+//! ([`verdict_proto::revision`]: a full or abbreviated commit SHA, a branch, a tag, `HEAD`,
+//! `origin/<branch>`, each optionally followed by `~n`/`^n` steps), checked before any process
+//! runs. A SHA (with its steps) that already resolves in the mirror is used without fetching
+//! (commits never change); anything else is resolved after fetching every ref of the remote
+//! (`+refs/*:refs/*`, so GitHub's `refs/pull/*` heads are included):
+//! - as typed first;
+//! - `HEAD` is the *remote's* HEAD (its default branch), not the mirror's own: it is fetched into
+//!   the private ref `refs/verdict/remote-head` only when a revision starts with `HEAD`, so a
+//!   remote without a HEAD breaks nothing else;
+//! - `origin/<branch>` (and `refs/remotes/origin/<branch>`), when the remote has no such ref, is
+//!   the remote's `<branch>`: the mirror holds the remote's branches as its own;
+//! - a full SHA that is still unknown is fetched by itself, which most hosts allow for reachable
+//!   commits.
+//!
+//! The snapshot is keyed by the resolved full SHA, so every name of a commit shares one cache
+//! entry.
 //!
 //! # On disk, under `cache_dir`
 //! - `.lock`: held (an exclusive OS file lock) by the one process that has the directory open.
@@ -45,6 +55,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use sha2::{Digest, Sha256};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
+use verdict_proto::revision::{Revision, is_full_sha};
 use verdict_proto::wire::RepositoryRef;
 
 use super::cache::{self, CacheStats, SnapshotCache};
@@ -63,6 +74,13 @@ const INHERITED_GIT_VARIABLES: &[&str] = &[
     "GIT_COMMON_DIR",
     "GIT_CEILING_DIRECTORIES",
 ];
+
+/// Where the remote's HEAD is fetched to when a revision names it. Outside `refs/heads` and
+/// `refs/tags`, so no typed name finds it by accident; pruned by the next fetch of every ref.
+const REMOTE_HEAD_REF: &str = "refs/verdict/remote-head";
+
+/// The remote name people prefix branches with; the mirror has no remotes of its own.
+const CONVENTIONAL_REMOTE: &str = "origin/";
 
 /// How long a re-open by the same process may wait for its own earlier lock to be released.
 const OWN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -216,7 +234,7 @@ impl GitRepositorySource {
         if cancel.is_cancelled() {
             return Err(RepoError::Cancelled);
         }
-        validate(repo)?;
+        let revision = validate(&repo.url, &repo.commit)?;
         let remote = Remote {
             url: &repo.url,
             shown: redact_url(&repo.url),
@@ -224,7 +242,7 @@ impl GitRepositorySource {
         let url_key = sha256_hex(&remote.shown);
 
         // Fast path: a full SHA already on disk needs neither the mirror nor a git process.
-        if is_full_sha(&repo.commit) {
+        if revision.is_full_sha() {
             let key = format!("{url_key}-{}", repo.commit.to_ascii_lowercase());
             if let Some(lease) = self.cache.acquire(&key) {
                 return self.leased_snapshot(&key, &repo.commit.to_ascii_lowercase(), lease);
@@ -236,7 +254,7 @@ impl GitRepositorySource {
             let lock = self.locks.get(&format!("mirror {url_key}"));
             let _held = cancellable(cancel, lock.lock()).await?;
             self.ensure_mirror(&mirror, &remote, cancel).await?;
-            self.resolve(&mirror, &remote, &repo.commit, cancel).await?
+            self.resolve(&mirror, &remote, revision, cancel).await?
         };
 
         let key = format!("{url_key}-{sha}");
@@ -315,17 +333,18 @@ impl GitRepositorySource {
         }
     }
 
-    /// The full SHA `commit` names, fetching only when the mirror cannot answer on its own.
+    /// The full SHA `revision` names, fetching only when the mirror cannot answer on its own
+    /// (the order of attempts is in the module documentation). The caller holds the mirror's
+    /// lock.
     async fn resolve(
         &self,
         mirror: &Path,
         remote: &Remote<'_>,
-        commit: &str,
+        revision: Revision<'_>,
         cancel: &CancellationToken,
     ) -> Result<String, RepoError> {
-        if is_hex(commit)
-            && commit.len() >= 4
-            && let Some(sha) = self.rev_parse(mirror, commit, cancel).await?
+        if revision.names_sha()
+            && let Some(sha) = self.rev_parse(mirror, revision.as_str(), cancel).await?
         {
             return Ok(sha);
         }
@@ -338,26 +357,69 @@ impl GitRepositorySource {
         if !out.status.success() {
             return Err(classify_remote_failure(remote, &out));
         }
-        if let Some(sha) = self.rev_parse(mirror, commit, cancel).await? {
+        let not_found = || RepoError::CommitNotFound {
+            url: remote.shown.clone(),
+            revision: revision.as_str().to_owned(),
+        };
+        if revision.names_head() {
+            // After the fetch of every ref, which prunes the private ref.
+            if !self.fetch_remote_head(mirror, remote, cancel).await? {
+                return Err(not_found());
+            }
+            let typed = format!("{REMOTE_HEAD_REF}{}", revision.suffix());
+            return self
+                .rev_parse(mirror, &typed, cancel)
+                .await?
+                .ok_or_else(not_found);
+        }
+        if let Some(sha) = self.rev_parse(mirror, revision.as_str(), cancel).await? {
             return Ok(sha);
         }
-        if is_full_sha(commit) {
+        if let Some(branch) = remote_branch(revision.name()) {
+            let typed = format!("refs/heads/{branch}{}", revision.suffix());
+            if let Some(sha) = self.rev_parse(mirror, &typed, cancel).await? {
+                return Ok(sha);
+            }
+        }
+        if is_full_sha(revision.name()) {
             // Not under any ref (a force-pushed PR head, say): ask for the object itself. Hosts
             // that refuse answer with an error, which only means "not found" here.
             let mut fetch_one = self.git(Some(mirror));
             fetch_one
                 .args(["fetch", "--quiet", "--no-write-fetch-head", "--"])
                 .arg(remote.url)
-                .arg(commit);
+                .arg(revision.name());
             self.run(fetch_one, cancel).await?;
-            if let Some(sha) = self.rev_parse(mirror, commit, cancel).await? {
+            if let Some(sha) = self.rev_parse(mirror, revision.as_str(), cancel).await? {
                 return Ok(sha);
             }
         }
-        Err(RepoError::CommitNotFound {
-            url: remote.shown.clone(),
-            commit: commit.to_owned(),
-        })
+        Err(not_found())
+    }
+
+    /// Fetches the remote's HEAD into [`REMOTE_HEAD_REF`]; `false` when the remote has none (an
+    /// empty repository, or a HEAD naming a branch that does not exist).
+    async fn fetch_remote_head(
+        &self,
+        mirror: &Path,
+        remote: &Remote<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<bool, RepoError> {
+        let mut fetch = self.git(Some(mirror));
+        fetch
+            .args(["fetch", "--quiet", "--no-write-fetch-head", "--"])
+            .arg(remote.url)
+            .arg(format!("+HEAD:{REMOTE_HEAD_REF}"));
+        let out = self.run(fetch, cancel).await?;
+        if out.status.success() {
+            return Ok(true);
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr).to_ascii_lowercase();
+        if stderr.contains("couldn't find remote ref") {
+            Ok(false)
+        } else {
+            Err(classify_remote_failure(remote, &out))
+        }
     }
 
     async fn rev_parse(
@@ -499,13 +561,8 @@ impl GitRepositorySource {
         if cancel.is_cancelled() {
             return Err(RepoError::Cancelled);
         }
-        for commit in [base, head] {
-            validate(&RepositoryRef {
-                url: url.to_owned(),
-                commit: commit.to_owned(),
-                base: None,
-            })?;
-        }
+        let base = validate(url, base)?;
+        let head = validate(url, head)?;
         let remote = Remote {
             url,
             shown: redact_url(url),
@@ -541,6 +598,30 @@ impl GitRepositorySource {
     }
 }
 
+impl GitRepositorySource {
+    async fn resolve_revision(
+        &self,
+        url: &str,
+        revision: &str,
+        cancel: &CancellationToken,
+    ) -> Result<String, RepoError> {
+        if cancel.is_cancelled() {
+            return Err(RepoError::Cancelled);
+        }
+        let revision = validate(url, revision)?;
+        let remote = Remote {
+            url,
+            shown: redact_url(url),
+        };
+        let url_key = sha256_hex(&remote.shown);
+        let mirror = self.mirrors_dir.join(&url_key);
+        let lock = self.locks.get(&format!("mirror {url_key}"));
+        let _held = cancellable(cancel, lock.lock()).await?;
+        self.ensure_mirror(&mirror, &remote, cancel).await?;
+        self.resolve(&mirror, &remote, revision, cancel).await
+    }
+}
+
 impl RepositorySource for GitRepositorySource {
     fn snapshot<'a>(
         &'a self,
@@ -548,6 +629,15 @@ impl RepositorySource for GitRepositorySource {
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Snapshot, RepoError>> {
         Box::pin(self.take_snapshot(repo, cancel))
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        url: &'a str,
+        revision: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<String, RepoError>> {
+        Box::pin(self.resolve_revision(url, revision, cancel))
     }
 
     fn change<'a>(
@@ -599,15 +689,16 @@ async fn cancellable<T>(
     }
 }
 
-/// Rejects references git could mistake for options or rev expressions before any process runs.
-fn validate(repo: &RepositoryRef) -> Result<(), RepoError> {
-    let url_problem = if repo.url.trim().is_empty() {
+/// Rejects references git could mistake for options or rev expressions before any process runs:
+/// the URL here, the revision by [`verdict_proto::revision`]'s rule (the one the API applies).
+fn validate<'a>(url: &str, revision: &'a str) -> Result<Revision<'a>, RepoError> {
+    let url_problem = if url.trim().is_empty() {
         Some("it is empty")
-    } else if repo.url.starts_with('-') {
+    } else if url.starts_with('-') {
         Some("it starts with `-`")
-    } else if repo.url.chars().any(char::is_control) {
+    } else if url.chars().any(char::is_control) {
         Some("it contains control characters")
-    } else if repo.url.len() > 4096 {
+    } else if url.len() > 4096 {
         Some("it is longer than 4096 bytes")
     } else {
         None
@@ -615,44 +706,19 @@ fn validate(repo: &RepositoryRef) -> Result<(), RepoError> {
     if let Some(reason) = url_problem {
         return Err(RepoError::InvalidReference {
             field: "url",
-            value: redact_url(&verdict_proto::redact::safe_preview(&repo.url, 200)),
+            value: redact_url(&verdict_proto::redact::safe_preview(url, 200)),
             reason,
         });
     }
-    let commit = &repo.commit;
-    let commit_problem = if commit.is_empty() {
-        Some("it is empty; name a commit SHA, a branch or a tag")
-    } else if commit.len() > 255 {
-        Some("it is longer than 255 bytes")
-    } else if commit.starts_with('-') {
-        Some("it starts with `-`")
-    } else if commit.contains("..") {
-        Some("ranges are not commits; name one commit")
-    } else if !commit
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'))
-    {
-        Some("only letters, digits, `.`, `_`, `-` and `/` are allowed (a SHA, a branch or a tag)")
-    } else {
-        None
-    };
-    match commit_problem {
-        Some(reason) => Err(RepoError::InvalidReference {
-            field: "commit",
-            value: verdict_proto::redact::safe_preview(commit, 80),
-            reason,
-        }),
-        None => Ok(()),
-    }
+    Ok(Revision::parse(revision)?)
 }
 
-fn is_hex(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// 40 hex digits (SHA-1 repositories) or 64 (SHA-256 repositories).
-fn is_full_sha(s: &str) -> bool {
-    matches!(s.len(), 40 | 64) && is_hex(s)
+/// The branch an `origin/<branch>` or `refs/remotes/origin/<branch>` name means in the remote.
+fn remote_branch(name: &str) -> Option<&str> {
+    let tracking = name.strip_prefix("refs/remotes/").unwrap_or(name);
+    tracking
+        .strip_prefix(CONVENTIONAL_REMOTE)
+        .filter(|branch| !branch.is_empty())
 }
 
 fn sha256_hex(text: &str) -> String {
@@ -740,6 +806,8 @@ fn classify_remote_failure(remote: &Remote<'_>, out: &Output) -> RepoError {
 mod tests {
     use std::os::unix::process::ExitStatusExt;
 
+    use verdict_proto::outcome::FailureKind;
+
     use super::*;
 
     fn reference(url: &str, commit: &str) -> RepositoryRef {
@@ -760,32 +828,61 @@ mod tests {
 
     #[test]
     fn references_that_look_like_options_are_refused() {
-        for (url, commit) in [
-            ("", "abc"),
-            ("--upload-pack=x", "abc"),
-            ("/r\n", "abc"),
-            ("/r", ""),
-            ("/r", "--output=x"),
-            ("/r", "a..b"),
-            ("/r", "HEAD~1"),
-            ("/r", "main:secret"),
-            ("/r", "a b"),
-        ] {
-            let err = validate(&reference(url, commit)).unwrap_err();
+        for url in ["", "--upload-pack=x", "/r\n"] {
+            let err = validate(url, "abc").unwrap_err();
             assert!(
-                matches!(err, RepoError::InvalidReference { .. }),
-                "{url:?} {commit:?}"
+                matches!(err, RepoError::InvalidReference { field: "url", .. }),
+                "{url:?}: {err}"
             );
             assert!(!err.is_retryable());
         }
-        for commit in ["0123abc", "main", "release/1.2", "v1.0.0-rc_1"] {
-            validate(&reference("https://h/r.git", commit)).unwrap();
+        for revision in [
+            "",
+            "--output=x",
+            "-x",
+            "a..b",
+            "main:secret",
+            "a b",
+            "@{-1}",
+        ] {
+            let err = validate("/r", revision).unwrap_err();
+            assert!(
+                matches!(err, RepoError::InvalidRevision(_)),
+                "{revision:?}: {err}"
+            );
+            assert_eq!(err.failure_kind(), FailureKind::InvalidRequest);
+        }
+        for revision in [
+            "0123abc",
+            "main",
+            "release/1.2",
+            "v1.0.0-rc_1",
+            "HEAD",
+            "HEAD~1",
+            "HEAD^",
+            "origin/main",
+            "feature~1",
+        ] {
+            assert_eq!(
+                validate("https://h/r.git", revision).unwrap().as_str(),
+                revision
+            );
         }
     }
 
     #[test]
+    fn origin_names_the_remotes_own_branches() {
+        assert_eq!(remote_branch("origin/main"), Some("main"));
+        assert_eq!(remote_branch("origin/feature/x"), Some("feature/x"));
+        assert_eq!(remote_branch("refs/remotes/origin/main"), Some("main"));
+        assert_eq!(remote_branch("upstream/main"), None);
+        assert_eq!(remote_branch("feature/x"), None);
+        assert_eq!(remote_branch("main"), None);
+    }
+
+    #[test]
     fn invalid_urls_are_shown_redacted() {
-        let err = validate(&reference("https://u:tok@h/r\n", "a")).unwrap_err();
+        let err = validate("https://u:tok@h/r\n", "a").unwrap_err();
         assert!(!err.to_string().contains("tok"), "{err}");
     }
 
@@ -827,12 +924,9 @@ mod tests {
     }
 
     #[test]
-    fn shas_are_recognised() {
-        assert!(is_full_sha(&"a".repeat(40)));
-        assert!(is_full_sha(&"0".repeat(64)));
-        assert!(!is_full_sha(&"g".repeat(40)));
-        assert!(!is_full_sha("abc"));
+    fn url_keys_are_sha256_hex() {
         assert_eq!(sha256_hex("").len(), 64);
+        assert!(is_full_sha(&sha256_hex("/r")));
     }
 
     #[tokio::test]

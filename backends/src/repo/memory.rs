@@ -8,6 +8,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio_util::sync::CancellationToken;
+use verdict_proto::revision::Revision;
 use verdict_proto::wire::RepositoryRef;
 
 use super::scratch::ScratchDir;
@@ -103,6 +104,8 @@ struct MemoryState {
     trees: HashMap<TreeKey, MemoryTree>,
     /// Declared changes: (url, base, head) → diff text.
     changes: HashMap<(String, String, String), String>,
+    /// Declared names of commits: (url, revision) → commit.
+    revisions: HashMap<TreeKey, String>,
     /// Where trees are written, created on first use.
     scratch: Option<Arc<ScratchDir>>,
     written: HashMap<TreeKey, PathBuf>,
@@ -142,8 +145,55 @@ impl MemoryRepositorySource {
             .insert((url.into(), base.into(), head.into()), diff.into());
     }
 
+    /// Declares that `revision` (a branch, a tag, `HEAD`…) of `url` names `commit`, the way a
+    /// git repository's refs do. Undeclared revisions name themselves when a tree or a change
+    /// uses them.
+    pub fn insert_revision(
+        &self,
+        url: impl Into<String>,
+        revision: impl Into<String>,
+        commit: impl Into<String>,
+    ) {
+        self.lock()
+            .revisions
+            .insert((url.into(), revision.into()), commit.into());
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, MemoryState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What `revision` of `url` names: a declared revision's commit, or the revision itself
+    /// when a tree or a change of `url` uses it. Checked by the same syntax rule as git's.
+    fn resolve_now(&self, url: &str, revision: &str) -> Result<String, RepoError> {
+        Revision::parse(revision)?;
+        let state = self.lock();
+        let key = (url.to_owned(), revision.to_owned());
+        if let Some(commit) = state.revisions.get(&key) {
+            return Ok(commit.clone());
+        }
+        let used = state.trees.contains_key(&key)
+            || state
+                .changes
+                .keys()
+                .any(|(u, b, h)| u == url && (b == revision || h == revision));
+        if used {
+            return Ok(revision.to_owned());
+        }
+        let known = state.trees.keys().any(|(u, _)| u == url)
+            || state.changes.keys().any(|(u, _, _)| u == url)
+            || state.revisions.keys().any(|(u, _)| u == url);
+        Err(if known {
+            RepoError::CommitNotFound {
+                url: redact_url(url),
+                revision: revision.to_owned(),
+            }
+        } else {
+            RepoError::RepositoryNotFound {
+                url: redact_url(url),
+                reason: "the in-memory source has no such repository".to_owned(),
+            }
+        })
     }
 
     fn take_snapshot(&self, repo: &RepositoryRef) -> Result<Snapshot, RepoError> {
@@ -154,7 +204,7 @@ impl MemoryRepositorySource {
             return Err(if state.trees.keys().any(|(u, _)| *u == repo.url) {
                 RepoError::CommitNotFound {
                     url,
-                    commit: repo.commit.clone(),
+                    revision: repo.commit.clone(),
                 }
             } else {
                 RepoError::RepositoryNotFound {
@@ -205,6 +255,20 @@ impl RepositorySource for MemoryRepositorySource {
         })
     }
 
+    fn resolve<'a>(
+        &'a self,
+        url: &'a str,
+        revision: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<String, RepoError>> {
+        Box::pin(async move {
+            if cancel.is_cancelled() {
+                return Err(RepoError::Cancelled);
+            }
+            self.resolve_now(url, revision)
+        })
+    }
+
     fn change<'a>(
         &'a self,
         url: &'a str,
@@ -212,24 +276,22 @@ impl RepositorySource for MemoryRepositorySource {
         head: &'a str,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Change, RepoError>> {
-        let found = self
-            .lock()
-            .changes
-            .get(&(url.to_owned(), base.to_owned(), head.to_owned()))
-            .cloned();
         Box::pin(async move {
             if cancel.is_cancelled() {
                 return Err(RepoError::Cancelled);
             }
+            let base = self.resolve_now(url, base)?;
+            let head = self.resolve_now(url, head)?;
+            let found = self
+                .lock()
+                .changes
+                .get(&(url.to_owned(), base.clone(), head.clone()))
+                .cloned();
             match found {
-                Some(diff) => Ok(Change {
-                    base: base.to_owned(),
-                    head: head.to_owned(),
-                    diff,
-                }),
+                Some(diff) => Ok(Change { base, head, diff }),
                 None => Err(RepoError::CommitNotFound {
                     url: redact_url(url),
-                    commit: format!("{base}..{head}"),
+                    revision: format!("{base}...{head}"),
                 }),
             }
         })
@@ -317,6 +379,33 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, RepoError::Cancelled));
+    }
+
+    #[tokio::test]
+    async fn revisions_resolve_to_declared_commits_and_changes_use_them() {
+        let source =
+            MemoryRepositorySource::new().with("mem://r", "c1", MemoryTree::new().file("a", "1"));
+        source.insert_revision("mem://r", "HEAD", "c2");
+        source.insert_revision("mem://r", "main", "c1");
+        source.insert_change("mem://r", "c1", "c2", "diff");
+        let cancel = CancellationToken::new();
+        let resolve = |revision: &'static str| source.resolve("mem://r", revision, &cancel);
+        assert_eq!(resolve("HEAD").await.unwrap(), "c2");
+        assert_eq!(resolve("c1").await.unwrap(), "c1", "a tree's own name");
+        assert_eq!(resolve("c2").await.unwrap(), "c2", "a change's own name");
+        let err = resolve("no-such-branch").await.unwrap_err();
+        assert!(matches!(err, RepoError::CommitNotFound { .. }), "{err}");
+        let err = resolve("--upload-pack=x").await.unwrap_err();
+        assert!(matches!(err, RepoError::InvalidRevision(_)), "{err}");
+        let err = source.resolve("mem://x", "c1", &cancel).await.unwrap_err();
+        assert!(matches!(err, RepoError::RepositoryNotFound { .. }), "{err}");
+
+        let change = source
+            .change("mem://r", "main", "HEAD", &cancel)
+            .await
+            .unwrap();
+        assert_eq!((change.base.as_str(), change.head.as_str()), ("c1", "c2"));
+        assert_eq!(change.diff, "diff");
     }
 
     #[tokio::test]

@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+use verdict_proto::outcome::FailureKind;
+use verdict_proto::revision::InvalidRevision;
 use verdict_proto::wire::RepositoryRef;
 
 use crate::BoxFuture;
@@ -46,9 +48,23 @@ pub trait RepositorySource: Send + Sync + fmt::Debug {
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Snapshot, RepoError>>;
 
+    /// The full commit id `revision` names in the repository at `url` now. `revision` is what a
+    /// person types (see [`verdict_proto::revision`]): a full or abbreviated SHA, a branch, a
+    /// tag, `HEAD` (the repository's default branch), `origin/<branch>`, each optionally with
+    /// `~n`/`^n` steps. A revision breaking that syntax is refused before any I/O
+    /// ([`RepoError::InvalidReference`]); one that names nothing is
+    /// [`RepoError::CommitNotFound`].
+    fn resolve<'a>(
+        &'a self,
+        url: &'a str,
+        revision: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<String, RepoError>>;
+
     /// The change from `base` to `head` of the repository at `url`: both revisions resolved to
-    /// full commit ids, and the unified diff between them (`git diff -M`, no colour, no external
-    /// diff drivers). Non-UTF-8 content is replaced with U+FFFD.
+    /// full commit ids as [`RepositorySource::resolve`] does, and the unified diff between them
+    /// (`git diff -M`, no colour, no external diff drivers). Non-UTF-8 content is replaced with
+    /// U+FFFD.
     fn change<'a>(
         &'a self,
         url: &'a str,
@@ -128,9 +144,13 @@ pub enum RepoError {
     Unreachable { url: String, reason: String },
 
     #[error(
-        "commit `{commit}` was not found in repository {url} after fetching it; check that the commit was pushed and that the request names the right repository"
+        "revision `{revision}` was not found in repository {url}; check the branch, tag or commit name, that it was pushed, and that the request names the right repository"
     )]
-    CommitNotFound { url: String, commit: String },
+    CommitNotFound { url: String, revision: String },
+
+    /// A revision breaking [`verdict_proto::revision`]'s rule; refused before any I/O.
+    #[error(transparent)]
+    InvalidRevision(#[from] InvalidRevision),
 
     #[error("invalid {field} `{value}` in the repository reference: {reason}")]
     InvalidReference {
@@ -170,22 +190,34 @@ pub enum RepoError {
 }
 
 impl RepoError {
-    /// Whether the same request may succeed later: network trouble, unexpected git failures and
-    /// local I/O (a full disk frees up as snapshots are evicted) are worth another attempt; a
-    /// missing repository or commit, an invalid reference, a missing `git` and cancellation are
-    /// not.
-    pub fn is_retryable(&self) -> bool {
+    /// The one classification of repository errors, used by scheduler intake and by the worker
+    /// alike: a repository or revision that does not exist is the request's mistake
+    /// (`not_found`), so is a malformed reference (`invalid_request`); network trouble,
+    /// unexpected git failures and local I/O (a full disk frees up as snapshots are evicted) are
+    /// `repository_unavailable` and worth another attempt; a missing `git` or a cache directory
+    /// shared by two processes is a deployment fault (`internal`).
+    pub fn failure_kind(&self) -> FailureKind {
         match self {
-            RepoError::Unreachable { .. } | RepoError::GitFailed { .. } | RepoError::Io { .. } => {
-                true
+            RepoError::RepositoryNotFound { .. } | RepoError::CommitNotFound { .. } => {
+                FailureKind::NotFound
             }
-            RepoError::RepositoryNotFound { .. }
-            | RepoError::CommitNotFound { .. }
-            | RepoError::InvalidReference { .. }
-            | RepoError::GitNotInstalled { .. }
-            | RepoError::CacheInUse { .. }
-            | RepoError::Cancelled => false,
+            RepoError::InvalidRevision(_) | RepoError::InvalidReference { .. } => {
+                FailureKind::InvalidRequest
+            }
+            RepoError::Unreachable { .. } | RepoError::GitFailed { .. } | RepoError::Io { .. } => {
+                FailureKind::RepositoryUnavailable
+            }
+            RepoError::GitNotInstalled { .. } | RepoError::CacheInUse { .. } => {
+                FailureKind::Internal
+            }
+            RepoError::Cancelled => FailureKind::Cancelled,
         }
+    }
+
+    /// Whether the same request may succeed later: exactly when its
+    /// [`failure kind`](Self::failure_kind) is retryable.
+    pub fn is_retryable(&self) -> bool {
+        self.failure_kind().is_retryable()
     }
 
     fn io(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> RepoError {
@@ -252,7 +284,7 @@ mod tests {
         assert!(
             !RepoError::CommitNotFound {
                 url: url(),
-                commit: "abc".into()
+                revision: "abc".into()
             }
             .is_retryable()
         );
@@ -263,6 +295,65 @@ mod tests {
                 reason: String::new()
             }
             .is_retryable()
+        );
+    }
+
+    #[test]
+    fn a_missing_or_malformed_revision_is_the_requests_mistake() {
+        let url = || "u".to_owned();
+        let cases = [
+            (
+                RepoError::CommitNotFound {
+                    url: url(),
+                    revision: "no-such-branch".into(),
+                },
+                FailureKind::NotFound,
+            ),
+            (
+                RepoError::RepositoryNotFound {
+                    url: url(),
+                    reason: String::new(),
+                },
+                FailureKind::NotFound,
+            ),
+            (
+                RepoError::from(verdict_proto::revision::Revision::parse("-x").unwrap_err()),
+                FailureKind::InvalidRequest,
+            ),
+            (
+                RepoError::Unreachable {
+                    url: url(),
+                    reason: String::new(),
+                },
+                FailureKind::RepositoryUnavailable,
+            ),
+            (
+                RepoError::GitFailed {
+                    action: "git diff",
+                    url: url(),
+                    stderr: String::new(),
+                },
+                FailureKind::RepositoryUnavailable,
+            ),
+            (
+                RepoError::CacheInUse { dir: "/c".into() },
+                FailureKind::Internal,
+            ),
+            (RepoError::Cancelled, FailureKind::Cancelled),
+        ];
+        for (err, kind) in cases {
+            assert_eq!(err.failure_kind(), kind, "{err}");
+            assert_eq!(err.is_retryable(), kind.is_retryable(), "{err}");
+        }
+        let missing = RepoError::CommitNotFound {
+            url: url(),
+            revision: "no-such-branch".into(),
+        };
+        assert!(
+            missing
+                .to_string()
+                .starts_with("revision `no-such-branch` was not found in repository u; check the branch, tag or commit name"),
+            "{missing}"
         );
     }
 

@@ -21,6 +21,8 @@ use crate::service::{ReviewSubmission, ScanSubmission, SubmissionOptions};
 use crate::task::TaskRecord;
 
 pub(super) const REPO: &str = "https://example.test/shop.git";
+/// The commit revision `v1` of [`REPO`] names (the scans of [`Fixture::queued_scan`]).
+pub(super) const V1: &str = "5ca1ab1e00000000000000000000000000000001";
 pub(super) const STALL_AFTER: Duration = Duration::from_secs(30);
 
 /// One file changed by one added line.
@@ -45,6 +47,7 @@ impl Fixture {
     pub fn with_documents(documents: Arc<dyn DocumentStore>, store: Arc<MemoryStore>) -> Fixture {
         let broker = Arc::new(MemoryBroker::new());
         let repositories = Arc::new(MemoryRepositorySource::new());
+        repositories.insert_revision(REPO, "v1", V1);
         let metrics = SchedulerMetrics::register(&prometheus::Registry::new()).unwrap();
         let deps = SchedulerDeps {
             broker: broker.clone(),

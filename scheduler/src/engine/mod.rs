@@ -13,8 +13,8 @@
 //! - [`submission`]: a submission validated into a new task record (no I/O).
 //! - [`records`]: task records loaded, created and changed with compare-and-set; the only code
 //!   that writes a record or the index of active tasks.
-//! - [`intake`]: a queued task's inputs prepared (a review's change read, its diff stored), then
-//!   the task started.
+//! - [`intake`]: a queued task's inputs prepared (its revisions resolved to commits, a review's
+//!   change read and its diff stored), then the task started.
 //! - [`transition`]: a pipeline transition stored, then its side effects: events, terminal
 //!   bookkeeping, publication of planned stages.
 //! - [`progress`]: a task's progress stream: drafts stamped and appended, events read back.

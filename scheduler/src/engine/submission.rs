@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use rand::RngExt;
 use verdict_proto::Language;
+use verdict_proto::revision::Revision;
 use verdict_proto::wire::{EventType, Priority, RepositoryRef};
 
 use super::SchedulerSettings;
@@ -48,6 +49,8 @@ impl TaskDefaults {
         required("repository", &s.repository)?;
         required("base", &s.base)?;
         required("head", &s.head)?;
+        revision("base", &s.base)?;
+        revision("head", &s.head)?;
         let pipeline = match s.pipeline.as_deref() {
             None | Some("multi") => PipelineKind::Multi,
             Some("single") => PipelineKind::Single,
@@ -81,18 +84,26 @@ impl TaskDefaults {
         now: u64,
     ) -> Result<TaskRecord, ServiceError> {
         required("issue.title", &s.issue.title)?;
-        let repository = s.repository.map(|url| RepositoryRef {
-            url,
-            commit: s.revision.clone().unwrap_or_else(|| "HEAD".to_owned()),
-            base: None,
-        });
-        if let Some(r) = &repository
-            && r.commit == "HEAD"
-        {
-            return Err(ServiceError::Invalid(
-                "revision is required with repository (a commit, branch or tag)".into(),
-            ));
-        }
+        let repository = match (s.repository, s.revision) {
+            (None, None) => None,
+            (None, Some(given)) => {
+                return Err(ServiceError::Invalid(format!(
+                    "revision `{}` was given without a repository; give repository too, or leave revision out",
+                    verdict_proto::redact::safe_preview(&given, 80)
+                )));
+            }
+            (Some(url), given) => {
+                required("repository", &url)?;
+                // No revision: the repository's default branch, which its HEAD names.
+                let commit = given.unwrap_or_else(|| "HEAD".to_owned());
+                revision("revision", &commit)?;
+                Some(RepositoryRef {
+                    url,
+                    commit,
+                    base: None,
+                })
+            }
+        };
         let shape = Shape {
             pipeline: PipelineKind::IssueAnalysis,
             repository,
@@ -118,6 +129,7 @@ impl TaskDefaults {
     pub fn scan(&self, s: ScanSubmission, now: u64) -> Result<TaskRecord, ServiceError> {
         required("repository", &s.repository)?;
         required("revision", &s.revision)?;
+        revision("revision", &s.revision)?;
         let shape = Shape {
             pipeline: PipelineKind::Scan,
             repository: Some(RepositoryRef {
@@ -166,9 +178,11 @@ impl TaskDefaults {
             pipeline: shape.pipeline,
             state: TaskState::Queued,
             reason: None,
+            failure_kind: None,
             language,
             priority: options.priority.unwrap_or(shape.priority),
             repository: shape.repository,
+            revisions: None,
             inputs: shape.inputs,
             settings,
             stages: Vec::new(),
@@ -212,6 +226,15 @@ pub fn new_id() -> String {
         &h[16..20],
         &h[20..32]
     )
+}
+
+/// The syntax every revision must have (the git source applies the same rule); whether it
+/// exists is only known at intake.
+fn revision(field: &str, value: &str) -> Result<(), ServiceError> {
+    match Revision::parse(value) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(ServiceError::Invalid(format!("{field}: {e}"))),
+    }
 }
 
 fn required(field: &str, value: &str) -> Result<(), ServiceError> {
@@ -350,9 +373,30 @@ mod tests {
             .unwrap();
         assert_eq!(task.repository, None);
         assert_eq!(task.settings.issue_categories, Some(vec!["bug".to_owned()]));
+        let task = defaults()
+            .issue_analysis(submission(Some("https://example.test/shop.git"), None), NOW)
+            .unwrap();
         assert_eq!(
-            defaults().issue_analysis(submission(Some("https://example.test/shop.git"), None), NOW),
-            invalid("revision is required with repository (a commit, branch or tag)")
+            task.repository.unwrap().commit,
+            "HEAD",
+            "the default branch"
+        );
+        assert_eq!(
+            defaults().issue_analysis(submission(None, Some("v2")), NOW),
+            invalid(
+                "revision `v2` was given without a repository; give repository too, or leave revision out"
+            )
+        );
+        let err = defaults()
+            .issue_analysis(
+                submission(Some("https://example.test/shop.git"), Some("a..b")),
+                NOW,
+            )
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("revision: revision `a..b` is a range"),
+            "{err}"
         );
         let mut s = submission(Some("https://example.test/shop.git"), Some("v2"));
         s.categories = Some(vec!["bug".to_owned(), "feature".to_owned()]);
@@ -367,6 +411,56 @@ mod tests {
         assert_eq!(
             defaults().issue_analysis(s, NOW),
             invalid("categories must be non-empty names")
+        );
+    }
+
+    #[test]
+    fn revisions_people_type_are_taken_and_option_like_ones_refused() {
+        for head in [
+            "HEAD",
+            "HEAD~2",
+            "HEAD^",
+            "origin/main",
+            "feature~1",
+            "v1.0",
+            "0123abc",
+        ] {
+            let mut s = review();
+            s.head = head.to_owned();
+            let task = defaults().review(s, NOW).unwrap();
+            assert_eq!(task.repository.unwrap().commit, head);
+        }
+        for (field, value) in [
+            ("head", "--upload-pack=touch /tmp/x"),
+            ("base", "-x"),
+            ("head", "main..feature"),
+            ("base", "main@{1}"),
+            ("head", "feat*"),
+        ] {
+            let mut s = review();
+            match field {
+                "head" => s.head = value.to_owned(),
+                _ => s.base = value.to_owned(),
+            }
+            let err = defaults().review(s, NOW).unwrap_err();
+            let ServiceError::Invalid(message) = err else {
+                panic!("{err:?}")
+            };
+            assert!(
+                message.starts_with(&format!("{field}: revision `{value}` ")),
+                "{message}"
+            );
+        }
+        let s = ScanSubmission {
+            repository: "https://example.test/shop.git".to_owned(),
+            revision: "--output=/tmp/x".to_owned(),
+            options: SubmissionOptions::default(),
+        };
+        let err = defaults().scan(s, NOW).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("revision `--output=/tmp/x` starts with `-`"),
+            "{err}"
         );
     }
 

@@ -304,8 +304,10 @@ impl StageExecutor {
                     ));
                 }
                 Err(e) => {
+                    // A missing revision is the request's mistake, an unreachable host is
+                    // transient: the one classification intake uses too.
                     return Ran::before_any_call(fail(
-                        FailureKind::Internal,
+                        e.failure_kind(),
                         e.is_retryable(),
                         e.to_string(),
                     ));
