@@ -101,6 +101,23 @@ pub fn summary(doc: &TaskDocument) -> String {
     {
         let _ = writeln!(out, "Reason: {reason}");
     }
+    if let Some(repo) = &doc.repository {
+        // What was asked for and what was looked at: a branch moves, a commit does not.
+        let at = |given: &str, commit: Option<&str>| match commit {
+            Some(c) if c != given => format!("{given} ({})", c.get(..12).unwrap_or(c)),
+            _ => given.to_owned(),
+        };
+        let head = at(&repo.revision, repo.commit.as_deref());
+        match &repo.base_revision {
+            Some(base) => {
+                let base = at(base, repo.base.as_deref());
+                let _ = writeln!(out, "Revisions: {base}..{head}");
+            }
+            None => {
+                let _ = writeln!(out, "Revision: {head}");
+            }
+        }
+    }
     if let Some(result) = &doc.result {
         result_lines(result, &mut out);
     }
@@ -140,25 +157,46 @@ fn result_lines(result: &Value, out: &mut String) {
         let _ = writeln!(out, "Findings: {}", findings.len());
         for finding in findings {
             let field = |key: &str| finding.get(key).and_then(Value::as_str).unwrap_or("");
-            let place = match (
-                finding.get("file").and_then(Value::as_str),
-                finding.get("start_line").and_then(Value::as_u64),
-                finding.get("end_line").and_then(Value::as_u64),
-            ) {
-                (Some(file), Some(start), Some(end)) if start != end => {
-                    format!("{file}:{start}-{end}")
-                }
-                (Some(file), Some(start), _) => format!("{file}:{start}"),
-                (Some(file), None, _) => file.to_owned(),
-                (None, _, _) => "(general)".to_owned(),
+            let reported = finding
+                .get(verdict_proto::grounding::NOTE_KEY)
+                .filter(|note| note.get("status").and_then(Value::as_str) == Some("unlocated"))
+                .and_then(|note| note.get("reported"));
+            let place = match reported {
+                // Never shown as a place: the model named code that is not in the repository.
+                Some(r) => format!("(not found in the repository: {})", place_of(r)),
+                None => place_of(finding),
+            };
+            let raised_by: Vec<&str> = finding
+                .get("raised_by")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let by = if raised_by.len() > 1 {
+                format!(" (raised by {})", raised_by.join(", "))
+            } else {
+                String::new()
             };
             let _ = writeln!(
                 out,
-                "  [{}] {place} {}",
+                "  [{}] {place} {}{by}",
                 field("severity"),
                 field("title").trim()
             );
         }
+    }
+}
+
+/// `file:start-end` of a finding or a reported location; `(general)` without a file.
+fn place_of(location: &Value) -> String {
+    match (
+        location.get("file").and_then(Value::as_str),
+        location.get("start_line").and_then(Value::as_u64),
+        location.get("end_line").and_then(Value::as_u64),
+    ) {
+        (Some(file), Some(start), Some(end)) if start != end => format!("{file}:{start}-{end}"),
+        (Some(file), Some(start), _) => format!("{file}:{start}"),
+        (Some(file), None, _) => file.to_owned(),
+        (None, _, _) => "(general)".to_owned(),
     }
 }
 
@@ -246,7 +284,13 @@ mod tests {
             state: TaskState::Completed,
             reason: None,
             failure_kind: None,
-            repository: None,
+            repository: Some(crate::document::RepositoryView {
+                url: "https://example.test/r.git".into(),
+                revision: "feature".into(),
+                commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
+                base_revision: Some("main".into()),
+                base: Some("fedcba9876543210fedcba9876543210fedcba98".into()),
+            }),
             result: Some(serde_json::json!({
                 "score": 5,
                 "decision": "request_changes",
@@ -256,7 +300,11 @@ mod tests {
                     {"severity": "major", "file": "src/a.rs", "start_line": 3, "end_line": 9,
                      "title": "Panics on empty input"},
                     {"severity": "suggestion", "file": null, "start_line": null,
-                     "end_line": null, "title": "Add docs"}
+                     "end_line": null, "title": "Add docs"},
+                    {"severity": "minor", "file": null, "start_line": null, "end_line": null,
+                     "title": "Leaks a handle", "raised_by": ["reviewer-1", "reviewer-2"],
+                     "grounding": {"status": "unlocated", "reported":
+                        {"file": "src/gone.rs", "start_line": 4, "end_line": 4}}}
                 ]
             })),
             stages: vec![],
@@ -275,12 +323,14 @@ mod tests {
         assert_eq!(
             summary(&doc),
             "Task t-1: completed (multi)\n\
+             Revisions: main (fedcba987654)..feature (0123456789ab)\n\
              Score: 5/10\n\
              Decision: request_changes — A crash on empty input.\n\
              Summary: Adds a parser.\n\
-             Findings: 2\n  \
+             Findings: 3\n  \
              [major] src/a.rs:3-9 Panics on empty input\n  \
-             [suggestion] (general) Add docs\n\
+             [suggestion] (general) Add docs\n  \
+             [minor] (not found in the repository: src/gone.rs:4) Leaks a handle (raised by reviewer-1, reviewer-2)\n\
              Not reviewed: big.bin (binary)\n"
         );
     }
