@@ -60,6 +60,11 @@ pub struct LocationNote {
     /// Why the location was corrected or could not be found, in plain words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A stable identity of the finding (SPEC X2): the file, the normalised title and the code
+    /// of its lines, hashed, so the same finding on a later head of a pull request is recognised
+    /// even when its lines moved. Unlocated findings use the reported file and no code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
 }
 
 impl LocationNote {
@@ -144,6 +149,8 @@ pub struct Check {
     pub index: usize,
     pub reported: ReportedLocation,
     pub verdict: Verdict,
+    /// See [`LocationNote::fingerprint`].
+    pub fingerprint: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,10 +214,29 @@ pub fn check(value: &Value, tree: &dyn Tree, scope: Scope<'_>) -> Vec<Check> {
             };
             let quote = finding.get("quote").and_then(Value::as_str);
             let verdict = check_one(&reported, quote, tree, scope);
+            let title = finding.get("title").and_then(Value::as_str).unwrap_or("");
+            let fingerprint = match &verdict {
+                Verdict::Located { .. } => {
+                    let (s, e) = (reported.start_line, reported.end_line);
+                    fingerprint(&reported.file, title, code_at(tree, &reported.file, s, e))
+                }
+                Verdict::Corrected {
+                    file,
+                    start_line,
+                    end_line,
+                    ..
+                } => fingerprint(
+                    file,
+                    title,
+                    code_at(tree, file, Some(*start_line), Some(*end_line)),
+                ),
+                Verdict::Unresolved { .. } => fingerprint(&reported.file, title, None),
+            };
             Some(Check {
                 index,
                 reported,
                 verdict,
+                fingerprint,
             })
         })
         .collect()
@@ -274,6 +300,7 @@ pub fn apply(value: &mut Value, checks: &[Check]) -> Tally {
                     reported: None,
                     in_change: *in_change,
                     reason: None,
+                    fingerprint: Some(c.fingerprint.clone()),
                 }
             }
             Verdict::Corrected {
@@ -292,6 +319,7 @@ pub fn apply(value: &mut Value, checks: &[Check]) -> Tally {
                     reported: Some(c.reported.clone()),
                     in_change: *in_change,
                     reason: Some(reason.clone()),
+                    fingerprint: Some(c.fingerprint.clone()),
                 }
             }
             Verdict::Unresolved { problem, .. } => {
@@ -307,6 +335,7 @@ pub fn apply(value: &mut Value, checks: &[Check]) -> Tally {
                     reported: Some(c.reported.clone()),
                     in_change: None,
                     reason: Some(problem.clone()),
+                    fingerprint: Some(c.fingerprint.clone()),
                 }
             }
         };
@@ -315,6 +344,44 @@ pub fn apply(value: &mut Value, checks: &[Check]) -> Tally {
         }
     }
     tally
+}
+
+/// The fingerprint of a finding about `file` titled `title`, over the code it points at (when
+/// known): 16 hex digits of SHA-256 over the file, the title as lowercase words, and the code's
+/// non-blank lines trimmed — so re-indenting or moving the code keeps the identity.
+pub fn fingerprint(file: &str, title: &str, code: Option<String>) -> String {
+    use sha2::{Digest, Sha256};
+    let words: Vec<String> = title
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let mut hash = Sha256::new();
+    hash.update(file.as_bytes());
+    hash.update([0]);
+    hash.update(words.join(" ").as_bytes());
+    hash.update([0]);
+    hash.update(code.unwrap_or_default().as_bytes());
+    hash.finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The non-blank lines `start..=end` of `file`, trimmed and joined, when the tree has the text.
+fn code_at(tree: &dyn Tree, file: &str, start: Option<u32>, end: Option<u32>) -> Option<String> {
+    let view = tree.file(file)?;
+    let lines = view.lines.as_ref()?;
+    let start = usize::try_from(start?).ok()?.checked_sub(1)?;
+    let end = usize::try_from(end?).ok()?;
+    let code: Vec<&str> = lines
+        .get(start..end.min(lines.len()))?
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    Some(code.join("\n"))
 }
 
 /// How many paths a hint lists.
@@ -659,6 +726,27 @@ impl Tree for MemoryTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_finding_keeps_its_fingerprint_when_its_code_moves_or_is_reindented() {
+        let before = MemoryTree::new([("src/a.py", "x = 1\ndef f(v):\n    return 1 / v\n")]);
+        let after = MemoryTree::new([(
+            "src/a.py",
+            "import os\n\nx = 1\ndef f(v):\n        return 1 / v\n",
+        )]);
+        let finding = |start: u32, end: u32, title: &str| {
+            serde_json::json!({"findings": [{"file": "src/a.py", "start_line": start,
+                "end_line": end, "title": title}]})
+        };
+        let print = |tree: &MemoryTree, value: &Value| {
+            check(value, tree, Scope::default())[0].fingerprint.clone()
+        };
+        let first = print(&before, &finding(2, 3, "Division by zero"));
+        assert_eq!(first, print(&after, &finding(4, 5, "division by  ZERO!")));
+        assert_ne!(first, print(&after, &finding(4, 5, "Unchecked input")));
+        assert_ne!(first, print(&after, &finding(1, 1, "Division by zero")));
+        assert_eq!(first.len(), 16);
+    }
 
     #[test]
     fn notes_are_taken_out_by_index() {

@@ -16,6 +16,7 @@
 //! - [`repair`]: the texts of repair rounds, conversation and isolated (E3).
 //! - [`outcome`]: the classified end of every stage attempt (E4).
 //! - [`redact`]: secret redaction and safe previews (E4, O4, R3).
+//! - [`publication`]: review, comment and status drafts; pull-request and issue URLs (G1–G3).
 //! - [`revision`]: the one syntax rule for a revision a person types (SHA, branch, tag, `HEAD~1`).
 //! - [`wire`]: the versioned messages between scheduler and workers.
 //! - [`chat`]: the provider-neutral chat vocabulary (messages, tool calls, request, response).
@@ -40,6 +41,7 @@ pub mod names;
 pub mod outcome;
 pub mod output_tag;
 pub mod protocol;
+pub mod publication;
 pub mod redact;
 pub mod repair;
 pub mod review;

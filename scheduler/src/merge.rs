@@ -289,6 +289,7 @@ mod tests {
             }),
             in_change: None,
             reason: Some("no such file".to_owned()),
+            fingerprint: None,
         }
     }
 
