@@ -77,6 +77,7 @@ impl Finished {
             state,
             reason: reason.map(str::to_owned),
             failure_kind: None,
+            github: None,
             repository: None,
             result,
             stages: vec![],

@@ -141,6 +141,9 @@ pub struct TaskDocument {
     /// The repository and revisions, for tasks that have one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repository: Option<RepositoryView>,
+    /// The GitHub pull request or issue the task is about, and whether it is published there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github: Option<crate::service::GitHubSource>,
     /// The result model (review, issue analysis or scan) once terminal with a result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,

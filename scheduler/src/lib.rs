@@ -14,6 +14,7 @@
 //! - [`document`]: the task document the API returns.
 //! - [`metrics`]: every scheduler metric.
 //! - [`api`]: the HTTP API over a `TaskService` (axum router).
+//! - [`webhook`]: GitHub webhook deliveries verified and read into submissions.
 //! - [`client`]: the API's client, for the CLI (`verdict submit`, `verdict tail`).
 //! - [`milestone`]: progress events as one readable line each.
 
@@ -29,3 +30,4 @@ pub mod pipeline;
 pub mod result;
 pub mod service;
 pub mod task;
+pub mod webhook;

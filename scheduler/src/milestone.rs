@@ -284,6 +284,7 @@ mod tests {
             state: TaskState::Completed,
             reason: None,
             failure_kind: None,
+            github: None,
             repository: Some(crate::document::RepositoryView {
                 url: "https://example.test/r.git".into(),
                 revision: "feature".into(),

@@ -33,6 +33,9 @@ pub struct ReviewSubmission {
     pub body: Option<String>,
     #[serde(default)]
     pub options: SubmissionOptions,
+    /// The pull request or issue this is about, when it came from (or is posted to) GitHub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github: Option<GitHubSource>,
 }
 
 /// `POST /v1/issue-analyses`.
@@ -52,6 +55,9 @@ pub struct IssueAnalysisSubmission {
     pub categories: Option<Vec<String>>,
     #[serde(default)]
     pub options: SubmissionOptions,
+    /// The pull request or issue this is about, when it came from (or is posted to) GitHub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github: Option<GitHubSource>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,6 +99,23 @@ pub struct SubmissionOptions {
     /// Number of reviewers in a multi-stage review.
     #[serde(default)]
     pub reviewers: Option<u8>,
+    /// Submissions with the same key make one task: the first makes it, the others are answered
+    /// with its id (webhook redeliveries use the delivery id; API clients may retry safely).
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+}
+
+/// The pull request or issue on the code host a task is about, and whether its result is posted
+/// back there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitHubSource {
+    pub item: verdict_proto::publication::ItemRef,
+    /// A pull request's head when the task was made; a newer head supersedes the task (X1).
+    #[serde(default)]
+    pub head_sha: Option<String>,
+    #[serde(default)]
+    pub publish: bool,
 }
 
 /// The answer to a submission.

@@ -161,6 +161,9 @@ pub struct TaskRecord {
     /// Triage fell back to "review" (S5).
     #[serde(default)]
     pub triage_fallback: bool,
+    /// The GitHub pull request or issue the task is about, and whether to publish to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github: Option<crate::service::GitHubSource>,
 }
 
 impl TaskRecord {
@@ -190,6 +193,7 @@ impl TaskRecord {
             reason: self.reason.clone(),
             failure_kind: self.failure_kind,
             repository: self.repository_view(),
+            github: self.github.clone(),
             result: self.result.clone(),
             stages: self.stages.iter().map(stage_view).collect(),
             events,

@@ -56,6 +56,7 @@ fn document(id: &str, kind: TaskKind, pipeline: &str) -> TaskDocument {
         state: TaskState::Queued,
         reason: None,
         failure_kind: None,
+        github: None,
         repository: None,
         result: None,
         stages: vec![],
@@ -1050,6 +1051,7 @@ async fn client_submits_gets_and_cancels() {
         title: Some("Add a parser".into()),
         body: None,
         options: SubmissionOptions::default(),
+        github: None,
     };
     let submitted = client.submit_review(&review).await.unwrap();
     let doc = client.task(&submitted.id).await.unwrap();
@@ -1067,6 +1069,7 @@ async fn client_submits_gets_and_cancels() {
         },
         categories: None,
         options: SubmissionOptions::default(),
+        github: None,
     };
     let issue_id = client.submit_issue_analysis(&issue).await.unwrap().id;
     let scan = ScanSubmission {

@@ -96,6 +96,7 @@ fn task(pipeline: PipelineKind, triage: bool, reviewers: u8) -> TaskRecord {
         finished_unix_ms: None,
         deadline_unix_ms: 600_000,
         triage_fallback: false,
+        github: None,
     }
 }
 

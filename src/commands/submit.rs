@@ -136,6 +136,7 @@ impl OptionArgs {
             priority,
             timeout_seconds: self.timeout_seconds,
             reviewers,
+            idempotency_key: None,
         })
     }
 }
@@ -169,6 +170,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 title: a.title,
                 body: a.body,
                 options: a.options.into_options(a.reviewers)?,
+                github: None,
             }),
             a.output,
             a.server,
@@ -185,6 +187,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 },
                 categories: a.categories,
                 options: a.options.into_options(None)?,
+                github: None,
             }),
             a.output,
             a.server,

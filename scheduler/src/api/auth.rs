@@ -102,7 +102,8 @@ fn digest(token: &str) -> [u8; 32] {
 /// Whether a path is part of the authenticated API; unknown `/v1/*` paths are too, so that the
 /// set of routes is not probeable without a token.
 pub(crate) fn is_protected(path: &str) -> bool {
-    path == "/v1" || path.starts_with("/v1/")
+    // Webhooks are authenticated by their signature instead: GitHub sends no bearer token.
+    (path == "/v1" || path.starts_with("/v1/")) && !path.starts_with(super::webhooks::PREFIX)
 }
 
 /// Middleware: lets a protected request through only with an accepted bearer token.

@@ -9,6 +9,7 @@
 //! | `GET /v1/tasks/{id}` | the [`TaskDocument`](crate::document::TaskDocument) |
 //! | `GET /v1/tasks/{id}/events` | Server-Sent Events ([`sse`]) |
 //! | `POST /v1/tasks/{id}/cancel` | `202` and the document; `409` once terminal |
+//! | `POST /v1/webhooks/github` | signature checked first ([`webhooks`]); `202` and `{"id"}`, or `200` and why it was ignored |
 //! | `GET /healthz`, `/readyz`, `/metrics` | unauthenticated probes and Prometheus text |
 //!
 //! Errors are `{"error": {"code", "message"}}` ([`error`]) with codes `invalid_request` (400),
@@ -18,6 +19,7 @@
 //!
 //! # Layout
 //! - [`routes`]: the handlers. [`sse`]: the event stream. [`json`]: request bodies.
+//! - [`webhooks`]: GitHub deliveries, authenticated by their signature, not a bearer token.
 //! - [`auth`]: bearer tokens. [`metrics`]: the API's metrics and request log. [`error`]: the
 //!   error shape.
 
@@ -27,6 +29,7 @@ pub mod json;
 pub mod metrics;
 pub mod routes;
 pub mod sse;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -50,6 +53,8 @@ pub(crate) struct ApiState {
     /// The process's registry, served on `/metrics` before the API's own metrics.
     registry: prometheus::Registry,
     metrics: Option<HttpMetrics>,
+    /// GitHub webhooks, when configured (a secret is set).
+    webhooks: Option<Arc<webhooks::GitHubWebhooks>>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -67,6 +72,17 @@ pub fn router(
     auth: ApiAuth,
     metrics: prometheus::Registry,
 ) -> Router {
+    router_with_webhooks(service, auth, metrics, None)
+}
+
+/// [`router`], with GitHub webhooks accepted on `POST /v1/webhooks/github` when `webhooks` is set
+/// (without it the route answers 404 naming the setting).
+pub fn router_with_webhooks(
+    service: Arc<dyn TaskService>,
+    auth: ApiAuth,
+    metrics: prometheus::Registry,
+    webhooks: Option<webhooks::GitHubWebhooks>,
+) -> Router {
     let http_metrics = match HttpMetrics::new() {
         Ok(m) => Some(m),
         Err(e) => {
@@ -79,6 +95,7 @@ pub fn router(
         service,
         registry: metrics,
         metrics: http_metrics.clone(),
+        webhooks: webhooks.map(Arc::new),
     };
     Router::new()
         .route("/v1/reviews", post(routes::submit_review))
@@ -87,6 +104,7 @@ pub fn router(
         .route("/v1/tasks/{id}", get(routes::get_task))
         .route("/v1/tasks/{id}/events", get(sse::task_events))
         .route("/v1/tasks/{id}/cancel", post(routes::cancel))
+        .route("/v1/webhooks/github", post(webhooks::github))
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
         .route("/metrics", get(routes::metrics))

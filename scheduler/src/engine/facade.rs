@@ -71,7 +71,14 @@ impl Service {
     /// Stores a new task, opens its stream and starts its intake in the background.
     async fn admit(&self, mut task: TaskRecord) -> Result<Submitted, ServiceError> {
         task.created_unix_ms = self.now();
-        self.records.create(&task).await?;
+        match self.records.create(&task).await {
+            Ok(()) => {}
+            // Random ids do not collide: the id came from an idempotency key already used, and
+            // the task that key made is the answer.
+            Err(ServiceError::Conflict(_)) => return Ok(Submitted { id: task.id }),
+            Err(e) => return Err(e),
+        }
+        self.supersede_older_heads(&task).await;
         self.submitted
             .with_label_values(&[metrics::task_kind_label(task.pipeline)])
             .inc();
@@ -83,6 +90,57 @@ impl Service {
         self.background
             .spawn(async move { intake.start(&id).await });
         Ok(Submitted { id: task.id })
+    }
+
+    /// X1: a review of a newer head of a pull request aborts the running reviews of its older
+    /// heads (reason `superseded`), so nothing stale is published. Best effort: a task missed
+    /// here is still caught by the head check right before publishing.
+    async fn supersede_older_heads(&self, task: &TaskRecord) {
+        let Some((item, head)) = task
+            .github
+            .as_ref()
+            .and_then(|g| Some((&g.item, g.head_sha.as_deref()?)))
+        else {
+            return;
+        };
+        let active = match self.records.active().await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(error = %e, task = %task.id, "older heads not superseded: the active index is unavailable");
+                return;
+            }
+        };
+        for id in active.iter().filter(|id| **id != task.id) {
+            let Ok(other) = self.records.load(id).await else {
+                continue;
+            };
+            let older = other.github.as_ref().is_some_and(|g| {
+                &g.item == item && g.head_sha.as_deref().is_some_and(|h| h != head)
+            });
+            if !older || other.state.is_terminal() {
+                continue;
+            }
+            let reason = format!(
+                "superseded: {} #{} has a new head {} (task {})",
+                item.repo,
+                item.number,
+                head.get(..12).unwrap_or(head),
+                task.id
+            );
+            let now = self.now();
+            let cancelled = self
+                .transitions
+                .apply(id, |t| pipeline::cancel(t, &reason, now))
+                .await;
+            match cancelled {
+                Ok(_) => {
+                    if let Err(e) = self.cancels.request_cancel(id).await {
+                        tracing::warn!(error = %e, task = %id, "superseded task's stages not signalled");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, task = %id, "older head not superseded"),
+            }
+        }
     }
 
     async fn document(&self, task: &TaskRecord) -> Result<TaskDocument, ServiceError> {

@@ -116,6 +116,7 @@ impl Fixture {
             title: Some("Coupons".to_owned()),
             body: None,
             options: SubmissionOptions::default(),
+            github: None,
         };
         let task = TaskDefaults::new(&self.settings)
             .review(submission, self.now())

@@ -13,7 +13,8 @@ use super::SchedulerSettings;
 use crate::document::TaskState;
 use crate::pipeline::{self, Draft, PipelineSettings};
 use crate::service::{
-    IssueAnalysisSubmission, ReviewSubmission, ScanSubmission, ServiceError, SubmissionOptions,
+    GitHubSource, IssueAnalysisSubmission, ReviewSubmission, ScanSubmission, ServiceError,
+    SubmissionOptions,
 };
 use crate::task::{PipelineKind, TaskInputs, TaskRecord};
 
@@ -33,6 +34,7 @@ struct Shape {
     inputs: TaskInputs,
     /// The priority unless the options name one.
     priority: Priority,
+    github: Option<GitHubSource>,
 }
 
 impl TaskDefaults {
@@ -73,6 +75,7 @@ impl TaskDefaults {
                 ..TaskInputs::default()
             },
             priority: Priority::Interactive,
+            github: s.github,
         };
         self.record(shape, &s.options, now)
     }
@@ -112,6 +115,7 @@ impl TaskDefaults {
                 ..TaskInputs::default()
             },
             priority: Priority::Interactive,
+            github: s.github,
         };
         let mut task = self.record(shape, &s.options, now)?;
         if let Some(c) = s.categories {
@@ -139,6 +143,7 @@ impl TaskDefaults {
             }),
             inputs: TaskInputs::default(),
             priority: Priority::Bulk,
+            github: None,
         };
         self.record(shape, &s.options, now)
     }
@@ -173,8 +178,18 @@ impl TaskDefaults {
             }
             settings.reviewers = n;
         }
+        if let Some(key) = &options.idempotency_key
+            && (key.trim().is_empty() || key.len() > 256)
+        {
+            return Err(ServiceError::Invalid(
+                "options.idempotency_key must be 1 to 256 characters".into(),
+            ));
+        }
         Ok(TaskRecord {
-            id: new_id(),
+            id: options
+                .idempotency_key
+                .as_deref()
+                .map_or_else(new_id, id_for_key),
             pipeline: shape.pipeline,
             state: TaskState::Queued,
             reason: None,
@@ -194,6 +209,7 @@ impl TaskDefaults {
             deadline_unix_ms: now
                 .saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
             triage_fallback: false,
+            github: shape.github,
         })
     }
 }
@@ -211,11 +227,24 @@ pub(super) fn queued_event(task: &TaskRecord) -> Draft {
     }
 }
 
+/// The task id an idempotency key always names: UUID text (version 5 layout) over SHA-256 of the
+/// key, so the same key makes the same id in every scheduler replica.
+pub fn id_for_key(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("verdict-task:{key}").as_bytes());
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&digest[..16]);
+    uuid_text(b, 0x50)
+}
+
 /// A random task id (UUID v4 text form).
 pub fn new_id() -> String {
-    let b: [u8; 16] = rand::rng().random();
-    let mut b = b;
-    b[6] = (b[6] & 0x0f) | 0x40;
+    uuid_text(rand::rng().random(), 0x40)
+}
+
+/// `b` as UUID text with the given version nibble (0x40, 0x50) and the RFC 4122 variant.
+fn uuid_text(mut b: [u8; 16], version: u8) -> String {
+    b[6] = (b[6] & 0x0f) | version;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
     format!(
@@ -278,6 +307,7 @@ mod tests {
             title: Some("Coupons".to_owned()),
             body: None,
             options: SubmissionOptions::default(),
+            github: None,
         }
     }
 
@@ -311,6 +341,7 @@ mod tests {
             priority: Some(Priority::Bulk),
             timeout_seconds: Some(5),
             reviewers: Some(16),
+            idempotency_key: None,
         };
         let task = defaults().review(s, NOW).unwrap();
         assert_eq!(task.pipeline, PipelineKind::Single);
@@ -367,6 +398,7 @@ mod tests {
                 },
                 categories: None,
                 options: SubmissionOptions::default(),
+                github: None,
             };
         let task = defaults()
             .issue_analysis(submission(None, None), NOW)
