@@ -12,12 +12,15 @@
 //!   `store::redis::RedisStore` and `store::memory::MemoryStore` each implement all of them.
 //! - [`repo`]: the [`repo::RepositorySource`] trait — a change's diff and snapshots at a commit;
 //!   `repo::git` (mirrors and a size-bounded snapshot cache) and `repo::memory`.
+//! - [`publish`]: the [`publish::Publisher`] trait — pull requests and issues read, reviews,
+//!   comments, statuses and labels posted; `publish::github` and `publish::memory`.
 //! - [`clock`], [`secret`], [`trace`]: the small types every process shares — wall time that
 //!   follows tokio's virtual time in tests, a credential that never prints, the W3C trace
 //!   context in message headers.
 
 pub mod broker;
 pub mod clock;
+pub mod publish;
 pub mod repo;
 pub mod secret;
 pub mod store;
