@@ -51,6 +51,7 @@ impl DevPool {
                 broker: broker.clone(),
                 store: store.clone(),
                 repositories,
+                publisher: None,
                 clock: Arc::new(SystemClock),
             },
         );

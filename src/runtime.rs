@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use verdict_backends::broker::Broker;
 use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
 use verdict_backends::clock::{Clock, SystemClock};
+use verdict_backends::publish::Publisher;
 use verdict_backends::repo::{GitRepositorySource, GitSourceConfig, RepoError, RepositorySource};
 use verdict_backends::store::StateStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
@@ -66,6 +67,8 @@ pub struct Backends {
     pub broker: Arc<dyn Broker>,
     pub store: Arc<dyn StateStore>,
     pub repositories: Arc<dyn RepositorySource>,
+    /// The code host (GitHub), when `[github]` is configured.
+    pub publisher: Option<Arc<dyn Publisher>>,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -80,6 +83,7 @@ impl Backends {
             broker: Arc::new(broker),
             store: Arc::new(store),
             repositories,
+            publisher: None,
             clock: Arc::new(SystemClock),
         })
     }
@@ -126,6 +130,7 @@ impl Assembly {
                 cancels: store.clone(),
                 inputs: store.clone(),
                 repositories: b.repositories.clone(),
+                publisher: b.publisher.clone(),
                 clock: b.clock.clone(),
                 metrics: SchedulerMetrics::register(&self.registry)?,
             },
@@ -212,6 +217,7 @@ fn scheduler_settings(config: &Config) -> SchedulerSettings {
         message_max_bytes: config.broker.message_max_bytes,
         sweep_interval: config.scheduler.sweep_interval,
         stall_after: config.scheduler.stall_after,
+        code_host: None,
     }
 }
 

@@ -62,7 +62,7 @@ fn review(rig: &Rig, pipeline: &str) -> ReviewSubmission {
         title: Some("Add percentage coupons".into()),
         body: Some("Adds coupons and an average price.".into()),
         options: SubmissionOptions::default(),
-        github: None,
+        ..Default::default()
     }
 }
 

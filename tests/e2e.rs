@@ -169,7 +169,7 @@ fn submission(pool: &Pool, pipeline: &str) -> ReviewSubmission {
         title: Some("Add percentage coupons".into()),
         body: None,
         options: SubmissionOptions::default(),
-        github: None,
+        ..Default::default()
     }
 }
 

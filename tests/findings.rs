@@ -165,7 +165,7 @@ async fn run(case: &Case, dir: &Path) -> TaskDocument {
             title: Some("Add percentage coupons".into()),
             body: None,
             options: SubmissionOptions::default(),
-            github: None,
+            ..Default::default()
         }),
     };
     let id = submitted.await.unwrap().id;

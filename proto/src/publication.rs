@@ -43,9 +43,17 @@ pub struct ItemUrlError {
     form: &'static str,
 }
 
+/// A pull request or issue as its web URL names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemUrl {
+    /// The web host, with its port if the URL gives one (`github.com`, `ghe.example.com:8443`).
+    pub host: String,
+    pub item: ItemRef,
+}
+
 /// The item a web URL names: `https://HOST/OWNER/REPO/pull/N` (also `…/pull/N/files` and other
 /// tabs, a trailing slash, a query or a fragment) or `https://HOST/OWNER/REPO/issues/N`.
-pub fn parse_item_url(url: &str, kind: ItemKind) -> Result<ItemRef, ItemUrlError> {
+pub fn parse_item_url(url: &str, kind: ItemKind) -> Result<ItemUrl, ItemUrlError> {
     let (what, form, segment) = match kind {
         ItemKind::PullRequest => (
             "pull request",
@@ -70,7 +78,10 @@ pub fn parse_item_url(url: &str, kind: ItemKind) -> Result<ItemRef, ItemUrlError
         .ok_or_else(fail)?;
     let rest = rest.split(['?', '#']).next().unwrap_or_default();
     let mut parts = rest.split('/').filter(|p| !p.is_empty());
-    let _host = parts.next().ok_or_else(fail)?;
+    let host = parts.next().ok_or_else(fail)?;
+    if host.contains('@') {
+        return Err(fail());
+    }
     let owner = parts.next().ok_or_else(fail)?;
     let name = parts.next().ok_or_else(fail)?;
     if parts.next() != Some(segment) {
@@ -90,12 +101,15 @@ pub fn parse_item_url(url: &str, kind: ItemKind) -> Result<ItemRef, ItemUrlError
     if !valid(owner) || !valid(name) {
         return Err(fail());
     }
-    Ok(ItemRef {
-        repo: RepoId {
-            owner: owner.to_owned(),
-            name: name.trim_end_matches(".git").to_owned(),
+    Ok(ItemUrl {
+        host: host.to_ascii_lowercase(),
+        item: ItemRef {
+            repo: RepoId {
+                owner: owner.to_owned(),
+                name: name.trim_end_matches(".git").to_owned(),
+            },
+            number,
         },
-        number,
     })
 }
 
@@ -207,11 +221,19 @@ mod tests {
             ItemKind::PullRequest,
         )
         .unwrap();
-        assert_eq!(pr.repo.to_string(), "acme/shop");
-        assert_eq!(pr.number, 42);
-        let issue =
-            parse_item_url("https://ghe.example.com/a/b/issues/7/", ItemKind::Issue).unwrap();
-        assert_eq!((issue.repo.owner.as_str(), issue.number), ("a", 7));
+        assert_eq!(pr.host, "github.com");
+        assert_eq!(pr.item.repo.to_string(), "acme/shop");
+        assert_eq!(pr.item.number, 42);
+        let issue = parse_item_url(
+            "https://GHE.example.com:8443/a/b/issues/7/",
+            ItemKind::Issue,
+        )
+        .unwrap();
+        assert_eq!(issue.host, "ghe.example.com:8443");
+        assert_eq!(
+            (issue.item.repo.owner.as_str(), issue.item.number),
+            ("a", 7)
+        );
         for bad in [
             "https://github.com/acme/shop/issues/42",
             "https://github.com/acme/pull/42",

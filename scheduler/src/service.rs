@@ -11,19 +11,32 @@ use verdict_proto::wire::Priority;
 
 use crate::document::TaskDocument;
 
-/// `POST /v1/reviews`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `POST /v1/reviews`: a change given by its repository and revisions, or a pull request given by
+/// its URL (`pull_request`), whose repository and revisions are then read from the code host
+/// when the task is taken in.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReviewSubmission {
-    /// A git URL or a path the scheduler can read.
+    /// A git URL or a path the scheduler can read; empty with `pull_request`.
+    #[serde(default)]
     pub repository: String,
     /// The base revision of the change, as a person types it to git: a full or abbreviated
     /// commit SHA, a branch, a tag, `HEAD` (the repository's default branch), `origin/<branch>`,
     /// optionally followed by `~n`/`^n` steps ([`verdict_proto::revision`]). Resolved to a full
-    /// commit id once, when the task is taken in; every stage works on that commit.
+    /// commit id once, when the task is taken in; every stage works on that commit. The diff is
+    /// taken from the merge base of `base` and `head`, as a pull request shows it.
+    #[serde(default)]
     pub base: String,
     /// The head revision of the change, written like `base`.
+    #[serde(default)]
     pub head: String,
+    /// A pull request's web URL (`https://github.com/OWNER/REPO/pull/N`), instead of
+    /// `repository`, `base` and `head`: its head is reviewed against its base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<String>,
+    /// Post the result to the pull request (only with `pull_request`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub publish: bool,
     /// `multi` (S1, default) or `single` (S2).
     #[serde(default)]
     pub pipeline: Option<String>,
@@ -33,13 +46,15 @@ pub struct ReviewSubmission {
     pub body: Option<String>,
     #[serde(default)]
     pub options: SubmissionOptions,
-    /// The pull request or issue this is about, when it came from (or is posted to) GitHub.
+    /// The pull request this is about, as a webhook delivery names it (set by the scheduler's
+    /// webhook intake, not by API clients).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub github: Option<GitHubSource>,
 }
 
-/// `POST /v1/issue-analyses`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `POST /v1/issue-analyses`: an issue given in the request, or by its URL (`issue_url`), whose
+/// title, body, labels and repository are then read from the code host when the task is taken in.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IssueAnalysisSubmission {
     /// The repository the issue belongs to (gives the model code to look at when tools are on).
@@ -49,22 +64,32 @@ pub struct IssueAnalysisSubmission {
     /// repository's default branch. Only with `repository`.
     #[serde(default)]
     pub revision: Option<String>,
+    /// The issue; leave it out with `issue_url`.
+    #[serde(default)]
     pub issue: IssueInput,
+    /// An issue's web URL (`https://github.com/OWNER/REPO/issues/N`), instead of `issue`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issue_url: Option<String>,
+    /// Post the analysis to the issue (only with `issue_url`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub publish: bool,
     /// The category set CATEGORY must come from; the configured one when absent.
     #[serde(default)]
     pub categories: Option<Vec<String>>,
     #[serde(default)]
     pub options: SubmissionOptions,
-    /// The pull request or issue this is about, when it came from (or is posted to) GitHub.
+    /// The issue this is about, as a webhook delivery names it (set by the scheduler's webhook
+    /// intake, not by API clients).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub github: Option<GitHubSource>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IssueInput {
     #[serde(default)]
     pub number: Option<u64>,
+    #[serde(default)]
     pub title: String,
     #[serde(default)]
     pub body: String,

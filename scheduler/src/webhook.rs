@@ -187,6 +187,7 @@ fn pull_request(p: PullRequestEvent, policy: &WebhookPolicy) -> Action {
             head_sha: Some(pr.head.sha),
             publish: policy.publish,
         }),
+        ..ReviewSubmission::default()
     }))
 }
 
@@ -227,6 +228,7 @@ fn issue(p: IssuesEvent, delivery: &str, policy: &WebhookPolicy) -> Action {
             head_sha: None,
             publish: policy.publish,
         }),
+        ..IssueAnalysisSubmission::default()
     }))
 }
 

@@ -541,6 +541,7 @@ async fn serve_scheduler() -> Server {
         cancels: store.clone(),
         inputs: store,
         repositories,
+        publisher: None,
         clock: Arc::new(SystemClock),
         metrics: SchedulerMetrics::register(&registry).unwrap(),
     };
@@ -558,6 +559,7 @@ async fn serve_scheduler() -> Server {
         message_max_bytes: 1 << 20,
         sweep_interval: Duration::from_secs(3600),
         stall_after: Duration::from_secs(3600),
+        code_host: None,
     };
     let scheduler = Arc::new(Scheduler::new(deps, settings));
     let auth = ApiAuth::new([Secret::new(TOKEN)]).unwrap();
@@ -1051,7 +1053,7 @@ async fn client_submits_gets_and_cancels() {
         title: Some("Add a parser".into()),
         body: None,
         options: SubmissionOptions::default(),
-        github: None,
+        ..Default::default()
     };
     let submitted = client.submit_review(&review).await.unwrap();
     let doc = client.task(&submitted.id).await.unwrap();
@@ -1069,7 +1071,7 @@ async fn client_submits_gets_and_cancels() {
         },
         categories: None,
         options: SubmissionOptions::default(),
-        github: None,
+        ..Default::default()
     };
     let issue_id = client.submit_issue_analysis(&issue).await.unwrap().id;
     let scan = ScanSubmission {

@@ -48,6 +48,7 @@ async fn serve() -> Server {
         cancels: store.clone(),
         inputs: store,
         repositories,
+        publisher: None,
         clock: Arc::new(SystemClock),
         metrics: SchedulerMetrics::register(&registry).unwrap(),
     };
@@ -65,6 +66,7 @@ async fn serve() -> Server {
         message_max_bytes: 1 << 20,
         sweep_interval: Duration::from_secs(3600),
         stall_after: Duration::from_secs(3600),
+        code_host: None,
     };
     let scheduler = Arc::new(Scheduler::new(deps, settings));
     let hooks = GitHubWebhooks {

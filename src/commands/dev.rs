@@ -96,7 +96,7 @@ async fn run_review(pool: &DevPool, args: ReviewArgs) -> anyhow::Result<ExitCode
             title: args.title,
             body: None,
             options: SubmissionOptions::default(),
-            github: None,
+            ..Default::default()
         })
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -170,7 +170,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 title: a.title,
                 body: a.body,
                 options: a.options.into_options(a.reviewers)?,
-                github: None,
+                ..Default::default()
             }),
             a.output,
             a.server,
@@ -187,7 +187,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 },
                 categories: a.categories,
                 options: a.options.into_options(None)?,
-                github: None,
+                ..Default::default()
             }),
             a.output,
             a.server,

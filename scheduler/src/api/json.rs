@@ -92,7 +92,7 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::ReviewSubmission;
+    use crate::service::{ReviewSubmission, ScanSubmission};
 
     #[test]
     fn an_unknown_nested_field_is_named_with_its_path() {
@@ -116,8 +116,12 @@ mod tests {
 
     #[test]
     fn a_missing_field_is_named() {
-        let e = parse::<ReviewSubmission>(br#"{"repository":"r","base":"a"}"#).unwrap_err();
-        assert!(e.message.contains("missing field `head`"), "{}", e.message);
+        let e = parse::<ScanSubmission>(br#"{"repository":"r"}"#).unwrap_err();
+        assert!(
+            e.message.contains("missing field `revision`"),
+            "{}",
+            e.message
+        );
         assert!(!e.message.contains("not valid JSON"), "{}", e.message);
     }
 

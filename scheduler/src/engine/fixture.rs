@@ -8,10 +8,12 @@ use verdict_backends::BoxFuture;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::broker::{Broker, Delivery, Message, Route};
 use verdict_backends::clock::TokioClock;
+use verdict_backends::publish::{Author, ItemState, MemoryPublisher, PullRequest};
 use verdict_backends::repo::MemoryRepositorySource;
 use verdict_backends::store::memory::MemoryStore;
 use verdict_backends::store::{DocumentStore, StoreError, Versioned};
 use verdict_proto::Language;
+use verdict_proto::publication::{ItemRef, RepoId};
 
 use super::submission::TaskDefaults;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
@@ -23,6 +25,8 @@ use crate::task::TaskRecord;
 pub(super) const REPO: &str = "https://example.test/shop.git";
 /// The commit revision `v1` of [`REPO`] names (the scans of [`Fixture::queued_scan`]).
 pub(super) const V1: &str = "5ca1ab1e00000000000000000000000000000001";
+/// The commit `main` of [`REPO`] names in pull requests of [`Fixture::pull_request`].
+pub(super) const MAIN_COMMIT: &str = "0000000000000000000000000000000000000a11";
 pub(super) const STALL_AFTER: Duration = Duration::from_secs(30);
 
 /// One file changed by one added line.
@@ -32,6 +36,7 @@ pub(super) struct Fixture {
     pub broker: Arc<MemoryBroker>,
     pub store: Arc<MemoryStore>,
     pub repositories: Arc<MemoryRepositorySource>,
+    pub publisher: Arc<MemoryPublisher>,
     pub deps: SchedulerDeps,
     pub settings: SchedulerSettings,
     pub parts: Parts,
@@ -48,6 +53,7 @@ impl Fixture {
         let broker = Arc::new(MemoryBroker::new());
         let repositories = Arc::new(MemoryRepositorySource::new());
         repositories.insert_revision(REPO, "v1", V1);
+        let publisher = Arc::new(MemoryPublisher::new());
         let metrics = SchedulerMetrics::register(&prometheus::Registry::new()).unwrap();
         let deps = SchedulerDeps {
             broker: broker.clone(),
@@ -56,6 +62,7 @@ impl Fixture {
             cancels: store.clone(),
             inputs: store.clone(),
             repositories: repositories.clone(),
+            publisher: Some(publisher.clone()),
             clock: Arc::new(TokioClock::new()),
             metrics,
         };
@@ -73,12 +80,16 @@ impl Fixture {
             message_max_bytes: 1 << 20,
             sweep_interval: Duration::from_secs(10),
             stall_after: STALL_AFTER,
+            code_host: Some(super::CodeHostSettings {
+                web_host: "github.com".to_owned(),
+            }),
         };
         Fixture {
             parts: Parts::assemble(&deps),
             broker,
             store,
             repositories,
+            publisher,
             deps,
             settings,
         }
@@ -116,7 +127,60 @@ impl Fixture {
             title: Some("Coupons".to_owned()),
             body: None,
             options: SubmissionOptions::default(),
-            github: None,
+            ..Default::default()
+        };
+        let task = TaskDefaults::new(&self.settings)
+            .review(submission, self.now())
+            .unwrap();
+        self.parts.records.create(&task).await.unwrap();
+        task
+    }
+
+    /// Pull request #`number` of `acme/shop` on the in-memory host, its head `head` changing
+    /// [`REPO`] by [`DIFF`] from `main`'s commit.
+    pub fn pull_request(&self, number: u64, head: &str) -> ItemRef {
+        let item = ItemRef {
+            repo: RepoId {
+                owner: "acme".to_owned(),
+                name: "shop".to_owned(),
+            },
+            number,
+        };
+        self.repositories
+            .insert_change(REPO, MAIN_COMMIT, head, DIFF);
+        self.publisher.add_pull_request(
+            PullRequest {
+                item: item.clone(),
+                state: ItemState::Open,
+                draft: false,
+                title: "Apply coupons".to_owned(),
+                body: Some("Coupons at checkout.".to_owned()),
+                author: Author {
+                    login: "ada".to_owned(),
+                    bot: false,
+                },
+                labels: Vec::new(),
+                head_sha: head.to_owned(),
+                base_sha: MAIN_COMMIT.to_owned(),
+                head_ref: "feature".to_owned(),
+                base_ref: "main".to_owned(),
+                clone_url: REPO.to_owned(),
+                html_url: format!("https://github.com/acme/shop/pull/{number}"),
+            },
+            DIFF,
+        );
+        item
+    }
+
+    /// A review of pull request `item` given by its URL, stored and queued.
+    pub async fn queued_pull_request_review(&self, item: &ItemRef, publish: bool) -> TaskRecord {
+        let submission = ReviewSubmission {
+            pull_request: Some(format!(
+                "https://github.com/{}/pull/{}",
+                item.repo, item.number
+            )),
+            publish,
+            ..Default::default()
         };
         let task = TaskDefaults::new(&self.settings)
             .review(submission, self.now())

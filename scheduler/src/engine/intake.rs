@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use verdict_backends::clock::Clock;
+use verdict_backends::publish::{PublishError, Publisher};
 use verdict_backends::repo::{RepoError, RepositorySource};
 use verdict_backends::store::InputStore;
 use verdict_proto::outcome::FailureKind;
@@ -21,6 +22,7 @@ use super::transition::Transitions;
 use crate::diff_pieces::{self, PreparedDiff};
 use crate::document::TaskState;
 use crate::pipeline;
+use crate::service::IssueInput;
 use crate::task::{GivenRevisions, PipelineKind, TaskRecord};
 
 /// Starts queued tasks; cheap to clone.
@@ -29,6 +31,7 @@ pub(super) struct Intake {
     records: TaskRecords,
     transitions: Transitions,
     repositories: Arc<dyn RepositorySource>,
+    publisher: Option<Arc<dyn Publisher>>,
     inputs: Arc<dyn InputStore>,
     clock: Arc<dyn Clock>,
 }
@@ -42,6 +45,19 @@ struct Prepared {
     revisions: GivenRevisions,
     /// A review's diff, stored.
     diff: Option<PreparedDiff>,
+    /// What the code host said of the task's pull request or issue.
+    host: Option<FromHost>,
+}
+
+/// What intake read from the code host for a task given by a pull-request or issue URL.
+#[derive(Debug, Clone)]
+enum FromHost {
+    PullRequest {
+        head_sha: String,
+        title: String,
+        body: Option<String>,
+    },
+    Issue(IssueInput),
 }
 
 impl Prepared {
@@ -52,6 +68,23 @@ impl Prepared {
             task.inputs.diff_files = d.files.clone();
             task.inputs.diffstat = Some(d.diffstat.clone());
             task.coverage = d.coverage.clone();
+        }
+        match &self.host {
+            Some(FromHost::PullRequest {
+                head_sha,
+                title,
+                body,
+            }) => {
+                if let Some(github) = &mut task.github {
+                    github.head_sha = Some(head_sha.clone());
+                }
+                task.inputs.title.get_or_insert_with(|| title.clone());
+                if task.inputs.body.is_none() {
+                    task.inputs.body.clone_from(body);
+                }
+            }
+            Some(FromHost::Issue(issue)) => task.inputs.issue = Some(issue.clone()),
+            None => {}
         }
     }
 }
@@ -74,6 +107,21 @@ impl Refused {
             },
         }
     }
+
+    /// A code-host error while reading the task's pull request or issue.
+    fn host(what: &str, error: &PublishError) -> Refused {
+        Refused {
+            kind: match error {
+                PublishError::NotFound { .. } => FailureKind::NotFound,
+                PublishError::Denied { .. } => FailureKind::Auth,
+                PublishError::RateLimited { .. } => FailureKind::RateLimited,
+                PublishError::Rejected { .. } => FailureKind::InvalidRequest,
+                PublishError::Unavailable { .. } => FailureKind::RepositoryUnavailable,
+                PublishError::Protocol { .. } => FailureKind::Internal,
+            },
+            reason: format!("cannot read {what}: {error}"),
+        }
+    }
 }
 
 impl Intake {
@@ -82,6 +130,7 @@ impl Intake {
             records: records.clone(),
             transitions: transitions.clone(),
             repositories: deps.repositories.clone(),
+            publisher: deps.publisher.clone(),
             inputs: deps.inputs.clone(),
             clock: deps.clock.clone(),
         }
@@ -129,11 +178,75 @@ impl Intake {
     async fn prepare(&self, task: &TaskRecord) -> Result<Option<Prepared>, Refused> {
         match task.pipeline {
             PipelineKind::Multi | PipelineKind::Single => self.prepare_review(task).await.map(Some),
-            PipelineKind::IssueAnalysis | PipelineKind::Scan => match &task.repository {
+            PipelineKind::IssueAnalysis => {
+                let issue = self.issue_from_host(task).await?;
+                let repository = task.repository.clone().or_else(|| {
+                    issue.as_ref().map(|(_, url)| RepositoryRef {
+                        url: url.clone(),
+                        commit: "HEAD".to_owned(),
+                        base: None,
+                    })
+                });
+                let host = issue.map(|(i, _)| FromHost::Issue(i));
+                match repository {
+                    Some(repo) => {
+                        let mut prepared = self.resolve(&repo).await?;
+                        prepared.host = host;
+                        Ok(Some(prepared))
+                    }
+                    // An issue analysis without a repository has nothing to resolve; what the
+                    // host said of the issue still goes in.
+                    None => Ok(None),
+                }
+            }
+            PipelineKind::Scan => match &task.repository {
                 Some(repo) => self.resolve(repo).await.map(Some),
                 None => Ok(None),
             },
         }
+    }
+
+    /// The code host, for a task that needs one.
+    fn publisher(&self) -> Result<&dyn Publisher, Refused> {
+        self.publisher.as_deref().ok_or_else(|| Refused {
+            kind: FailureKind::InvalidRequest,
+            reason: "the task names a GitHub pull request or issue, but this scheduler has no GitHub configured; set [github] (docs/github.md)".to_owned(),
+        })
+    }
+
+    /// The issue of a task given by its URL (its title still empty), with its repository's clone
+    /// URL; `None` for issues given in the request.
+    async fn issue_from_host(
+        &self,
+        task: &TaskRecord,
+    ) -> Result<Option<(IssueInput, String)>, Refused> {
+        let Some(github) = &task.github else {
+            return Ok(None);
+        };
+        if task
+            .inputs
+            .issue
+            .as_ref()
+            .is_some_and(|i| !i.title.trim().is_empty())
+        {
+            return Ok(None);
+        }
+        let item = &github.item;
+        let what = format!("issue {}#{}", item.repo, item.number);
+        let issue = self
+            .publisher()?
+            .issue(item)
+            .await
+            .map_err(|e| Refused::host(&what, &e))?;
+        Ok(Some((
+            IssueInput {
+                number: Some(item.number),
+                title: issue.title,
+                body: issue.body.unwrap_or_default(),
+                labels: issue.labels,
+            },
+            issue.clone_url,
+        )))
     }
 
     /// A scan's or issue analysis's repository with its revision resolved.
@@ -155,16 +268,41 @@ impl Intake {
                 base: None,
             },
             diff: None,
+            host: None,
         })
     }
 
     async fn prepare_review(&self, task: &TaskRecord) -> Result<Prepared, Refused> {
-        let Some(repo) = &task.repository else {
-            return Err(Refused {
-                kind: FailureKind::InvalidRequest,
-                reason: "the review names no repository".to_owned(),
-            });
+        let (repository, host) = match (&task.repository, &task.github) {
+            (Some(repo), _) => (repo.clone(), None),
+            (None, Some(github)) => {
+                let item = &github.item;
+                let what = format!("pull request {}#{}", item.repo, item.number);
+                let pull = self
+                    .publisher()?
+                    .pull_request(item)
+                    .await
+                    .map_err(|e| Refused::host(&what, &e))?;
+                let repo = RepositoryRef {
+                    url: pull.clone_url,
+                    commit: pull.head_sha.clone(),
+                    base: Some(pull.base_sha),
+                };
+                let host = FromHost::PullRequest {
+                    head_sha: pull.head_sha,
+                    title: pull.title,
+                    body: pull.body,
+                };
+                (repo, Some(host))
+            }
+            (None, None) => {
+                return Err(Refused {
+                    kind: FailureKind::InvalidRequest,
+                    reason: "the review names no repository".to_owned(),
+                });
+            }
         };
+        let repo = &repository;
         let base = repo.base.clone().unwrap_or_default();
         let cancel = CancellationToken::new();
         let change = self
@@ -196,6 +334,7 @@ impl Intake {
                 base: repo.base.clone(),
             },
             diff: Some(diff),
+            host,
         })
     }
 }
@@ -206,7 +345,7 @@ mod tests {
     use verdict_proto::wire::Priority;
 
     use super::*;
-    use crate::engine::fixture::{DIFF, Fixture, REPO, V1};
+    use crate::engine::fixture::{DIFF, Fixture, MAIN_COMMIT, REPO, V1};
     use crate::task::StageStatus;
 
     const MAIN: &str = "0000000000000000000000000000000000000a11";
@@ -327,6 +466,94 @@ mod tests {
             ("no-such-branch", None)
         );
         assert_eq!(fx.broker.depth(Route::Stages(Priority::Bulk)), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pull_request_given_by_url_is_read_from_the_host_and_reviewed_at_its_head() {
+        let fx = Fixture::new();
+        let item = fx.pull_request(7, FEATURE);
+        let task = fx.queued_pull_request_review(&item, true).await;
+
+        fx.parts.intake.start(&task.id).await;
+
+        let started = fx.load(&task.id).await;
+        assert_eq!(started.state, TaskState::Running);
+        let repository = started.repository.as_ref().unwrap();
+        assert_eq!(repository.url, REPO);
+        assert_eq!(
+            (repository.commit.as_str(), repository.base.as_deref()),
+            (FEATURE, Some(MAIN_COMMIT))
+        );
+        assert_eq!(
+            started.github.as_ref().unwrap().head_sha.as_deref(),
+            Some(FEATURE),
+            "a later push is recognised as a newer head"
+        );
+        assert_eq!(started.inputs.title.as_deref(), Some("Apply coupons"));
+        assert_eq!(started.inputs.body.as_deref(), Some("Coupons at checkout."));
+        assert_eq!(started.coverage.files_reviewed, vec!["src/cart.rs"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pull_request_the_host_does_not_have_is_not_found() {
+        let fx = Fixture::new();
+        let mut item = fx.pull_request(7, FEATURE);
+        item.number = 8;
+        let task = fx.queued_pull_request_review(&item, false).await;
+
+        fx.parts.intake.start(&task.id).await;
+
+        let ended = fx.load(&task.id).await;
+        assert_eq!(ended.state, TaskState::Incomplete);
+        assert_eq!(ended.failure_kind, Some(FailureKind::NotFound));
+        let reason = ended.reason.unwrap();
+        assert!(
+            reason.starts_with(
+                "cannot read pull request acme/shop#8: pull request acme/shop#8 was not found"
+            ),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_issue_given_by_url_is_read_from_the_host_with_its_repository() {
+        use verdict_backends::publish::{Author, Issue, ItemState};
+        let fx = Fixture::new();
+        let item = fx.pull_request(7, FEATURE);
+        let issue_item = verdict_proto::publication::ItemRef { number: 12, ..item };
+        fx.repositories.insert_revision(REPO, "HEAD", MAIN_COMMIT);
+        fx.publisher.add_issue(Issue {
+            item: issue_item.clone(),
+            state: ItemState::Open,
+            title: "Crash on empty cart".to_owned(),
+            body: Some("Steps to reproduce".to_owned()),
+            author: Author {
+                login: "bob".to_owned(),
+                bot: false,
+            },
+            labels: vec!["bug".to_owned()],
+            clone_url: REPO.to_owned(),
+            html_url: "https://github.com/acme/shop/issues/12".to_owned(),
+        });
+        let submission = crate::service::IssueAnalysisSubmission {
+            issue_url: Some("https://github.com/acme/shop/issues/12".to_owned()),
+            ..Default::default()
+        };
+        let task = super::super::submission::TaskDefaults::new(&fx.settings)
+            .issue_analysis(submission, fx.now())
+            .unwrap();
+        fx.parts.records.create(&task).await.unwrap();
+
+        fx.parts.intake.start(&task.id).await;
+
+        let started = fx.load(&task.id).await;
+        assert_eq!(started.state, TaskState::Running);
+        let issue = started.inputs.issue.as_ref().unwrap();
+        assert_eq!(
+            (issue.number, issue.title.as_str(), issue.labels.as_slice()),
+            (Some(12), "Crash on empty cart", &["bug".to_owned()][..])
+        );
+        assert_eq!(started.repository.as_ref().unwrap().commit, MAIN_COMMIT);
     }
 
     #[tokio::test(start_paused = true)]

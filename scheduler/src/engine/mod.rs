@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use verdict_backends::broker::{Broker, BrokerError, Route};
 use verdict_backends::clock::Clock;
+use verdict_backends::publish::Publisher;
 use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::{CancelSignals, DocumentStore, EventLog, InputStore, StoreError};
 use verdict_proto::Language;
@@ -71,6 +72,9 @@ pub struct SchedulerDeps {
     pub cancels: Arc<dyn CancelSignals>,
     pub inputs: Arc<dyn InputStore>,
     pub repositories: Arc<dyn RepositorySource>,
+    /// The code host pull requests and issues are read from and results published to; `None`
+    /// when no GitHub is configured (submissions that need one are refused).
+    pub publisher: Option<Arc<dyn Publisher>>,
     pub clock: Arc<dyn Clock>,
     pub metrics: SchedulerMetrics,
 }
@@ -89,6 +93,15 @@ pub struct SchedulerSettings {
     /// A stage still `planned` (or a task still `queued`) this long after being written is
     /// taken over by the sweeper.
     pub stall_after: Duration,
+    /// The code host, when one is configured.
+    pub code_host: Option<CodeHostSettings>,
+}
+
+/// What the scheduler knows of the configured code host (GitHub or GitHub Enterprise).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeHostSettings {
+    /// The web host pull-request and issue URLs must name (`github.com`, `ghe.example.com`).
+    pub web_host: String,
 }
 
 /// The scheduler; cheap to clone (everything inside is shared).

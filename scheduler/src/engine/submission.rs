@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use rand::RngExt;
 use verdict_proto::Language;
+use verdict_proto::publication::{ItemKind, ItemRef, parse_item_url};
 use verdict_proto::revision::Revision;
 use verdict_proto::wire::{EventType, Priority, RepositoryRef};
 
-use super::SchedulerSettings;
+use super::{CodeHostSettings, SchedulerSettings};
 use crate::document::TaskState;
 use crate::pipeline::{self, Draft, PipelineSettings};
 use crate::service::{
-    GitHubSource, IssueAnalysisSubmission, ReviewSubmission, ScanSubmission, ServiceError,
-    SubmissionOptions,
+    GitHubSource, IssueAnalysisSubmission, IssueInput, ReviewSubmission, ScanSubmission,
+    ServiceError, SubmissionOptions,
 };
 use crate::task::{PipelineKind, TaskInputs, TaskRecord};
 
@@ -25,6 +26,7 @@ pub(super) struct TaskDefaults {
     pipeline: PipelineSettings,
     language: Language,
     review_timeout: Duration,
+    code_host: Option<CodeHostSettings>,
 }
 
 /// What a submission decides before the options and defaults are applied.
@@ -43,16 +45,79 @@ impl TaskDefaults {
             pipeline: settings.pipeline.clone(),
             language: settings.language,
             review_timeout: settings.review_timeout,
+            code_host: settings.code_host.clone(),
         }
     }
 
-    /// A review task (S1 or S2) submitted at `now`.
+    /// The item a pull-request or issue URL names, on the configured code host.
+    fn item(&self, field: &str, url: &str, kind: ItemKind) -> Result<ItemRef, ServiceError> {
+        let parsed = parse_item_url(url, kind)
+            .map_err(|e| ServiceError::Invalid(format!("{field}: {e}")))?;
+        let Some(host) = &self.code_host else {
+            return Err(ServiceError::Invalid(format!(
+                "{field}: this scheduler has no GitHub configured; set [github] in its configuration (docs/github.md), or give the repository and revisions instead"
+            )));
+        };
+        if !parsed.host.eq_ignore_ascii_case(&host.web_host) {
+            return Err(ServiceError::Invalid(format!(
+                "{field}: `{}` is not on the configured GitHub host `{}`; use a URL on that host, or set [github] web_url",
+                parsed.host, host.web_host
+            )));
+        }
+        Ok(parsed.item)
+    }
+
+    /// Where a submission's result is posted: a URL's item, or a webhook's source.
+    fn source(
+        &self,
+        given: Option<GitHubSource>,
+        url: Option<(&str, &str, ItemKind)>,
+        publish: bool,
+    ) -> Result<Option<GitHubSource>, ServiceError> {
+        match (given, url) {
+            (Some(_), Some((field, _, _))) => Err(ServiceError::Invalid(format!(
+                "give either {field} or github, not both"
+            ))),
+            (Some(source), None) => Ok(Some(source)),
+            (None, Some((field, url, kind))) => Ok(Some(GitHubSource {
+                item: self.item(field, url, kind)?,
+                head_sha: None,
+                publish,
+            })),
+            (None, None) if publish => Err(ServiceError::Invalid(
+                "publish needs a pull request or issue to publish to; give pull_request (reviews) or issue_url (issue analyses)".to_owned(),
+            )),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// A review task (S1 or S2) submitted at `now`: a change named by repository and revisions,
+    /// or a pull request named by its URL (read from the code host at intake).
     pub fn review(&self, s: ReviewSubmission, now: u64) -> Result<TaskRecord, ServiceError> {
-        required("repository", &s.repository)?;
-        required("base", &s.base)?;
-        required("head", &s.head)?;
-        revision("base", &s.base)?;
-        revision("head", &s.head)?;
+        let url = s
+            .pull_request
+            .as_deref()
+            .map(|u| ("pull_request", u, ItemKind::PullRequest));
+        let github = self.source(s.github, url, s.publish)?;
+        let repository = if s.pull_request.is_some() {
+            if !(s.repository.is_empty() && s.base.is_empty() && s.head.is_empty()) {
+                return Err(ServiceError::Invalid(
+                    "give either pull_request, or repository, base and head — not both: the pull request names its repository and revisions".to_owned(),
+                ));
+            }
+            None
+        } else {
+            required("repository", &s.repository)?;
+            required("base", &s.base)?;
+            required("head", &s.head)?;
+            revision("base", &s.base)?;
+            revision("head", &s.head)?;
+            Some(RepositoryRef {
+                url: s.repository,
+                commit: s.head,
+                base: Some(s.base),
+            })
+        };
         let pipeline = match s.pipeline.as_deref() {
             None | Some("multi") => PipelineKind::Multi,
             Some("single") => PipelineKind::Single,
@@ -64,29 +129,40 @@ impl TaskDefaults {
         };
         let shape = Shape {
             pipeline,
-            repository: Some(RepositoryRef {
-                url: s.repository,
-                commit: s.head,
-                base: Some(s.base),
-            }),
+            repository,
             inputs: TaskInputs {
                 title: s.title,
                 body: s.body,
                 ..TaskInputs::default()
             },
             priority: Priority::Interactive,
-            github: s.github,
+            github,
         };
         self.record(shape, &s.options, now)
     }
 
-    /// An issue analysis task (S3) submitted at `now`.
+    /// An issue analysis task (S3) submitted at `now`: the issue given, or named by its URL (read
+    /// from the code host at intake, with its repository unless one is given).
     pub fn issue_analysis(
         &self,
         s: IssueAnalysisSubmission,
         now: u64,
     ) -> Result<TaskRecord, ServiceError> {
-        required("issue.title", &s.issue.title)?;
+        let url = s
+            .issue_url
+            .as_deref()
+            .map(|u| ("issue_url", u, ItemKind::Issue));
+        let github = self.source(s.github, url, s.publish)?;
+        if s.issue_url.is_some() {
+            if s.issue != IssueInput::default() {
+                return Err(ServiceError::Invalid(
+                    "give either issue_url or issue, not both: the issue is read from its URL"
+                        .to_owned(),
+                ));
+            }
+        } else {
+            required("issue.title", &s.issue.title)?;
+        }
         let repository = match (s.repository, s.revision) {
             (None, None) => None,
             (None, Some(given)) => {
@@ -115,7 +191,7 @@ impl TaskDefaults {
                 ..TaskInputs::default()
             },
             priority: Priority::Interactive,
-            github: s.github,
+            github,
         };
         let mut task = self.record(shape, &s.options, now)?;
         if let Some(c) = s.categories {
@@ -295,7 +371,84 @@ mod tests {
             },
             language: Language::En,
             review_timeout: Duration::from_secs(600),
+            code_host: Some(CodeHostSettings {
+                web_host: "github.com".to_owned(),
+            }),
         }
+    }
+
+    fn refusal(result: Result<TaskRecord, ServiceError>) -> String {
+        match result {
+            Err(ServiceError::Invalid(message)) => message,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pull_request_url_names_what_intake_reads_and_where_to_publish() {
+        let s = ReviewSubmission {
+            pull_request: Some("https://github.com/acme/shop/pull/7/files".to_owned()),
+            publish: true,
+            ..ReviewSubmission::default()
+        };
+        let task = defaults().review(s, NOW).unwrap();
+        assert_eq!(
+            task.repository, None,
+            "read from the pull request at intake"
+        );
+        let github = task.github.unwrap();
+        assert_eq!(
+            (github.item.repo.to_string(), github.item.number),
+            ("acme/shop".to_owned(), 7)
+        );
+        assert!(github.publish);
+        assert_eq!(github.head_sha, None);
+    }
+
+    #[test]
+    fn pull_request_and_issue_urls_are_checked_before_anything_is_stored() {
+        let pr = |url: &str| ReviewSubmission {
+            pull_request: Some(url.to_owned()),
+            ..ReviewSubmission::default()
+        };
+        let d = defaults();
+        assert!(
+            refusal(d.review(pr("https://ghe.example.com/a/b/pull/1"), NOW))
+                .contains("not on the configured GitHub host `github.com`")
+        );
+        assert!(
+            refusal(d.review(pr("https://github.com/a/b/issues/1"), NOW))
+                .contains("OWNER/REPO/pull/NUMBER")
+        );
+        let mut both = pr("https://github.com/a/b/pull/1");
+        both.repository = "https://github.com/a/b.git".to_owned();
+        assert!(refusal(d.review(both, NOW)).contains("not both"));
+        let publish_nowhere = ReviewSubmission {
+            publish: true,
+            ..review()
+        };
+        assert!(refusal(d.review(publish_nowhere, NOW)).contains("publish needs"));
+        let mut no_host = defaults();
+        no_host.code_host = None;
+        assert!(
+            refusal(no_host.review(pr("https://github.com/a/b/pull/1"), NOW))
+                .contains("no GitHub configured")
+        );
+        let issue = IssueAnalysisSubmission {
+            issue_url: Some("https://github.com/a/b/issues/4".to_owned()),
+            publish: true,
+            ..IssueAnalysisSubmission::default()
+        };
+        let task = d.issue_analysis(issue.clone(), NOW).unwrap();
+        assert_eq!(task.github.unwrap().item.number, 4);
+        let with_issue = IssueAnalysisSubmission {
+            issue: IssueInput {
+                title: "t".to_owned(),
+                ..IssueInput::default()
+            },
+            ..issue
+        };
+        assert!(refusal(d.issue_analysis(with_issue, NOW)).contains("not both"));
     }
 
     fn review() -> ReviewSubmission {
@@ -307,7 +460,7 @@ mod tests {
             title: Some("Coupons".to_owned()),
             body: None,
             options: SubmissionOptions::default(),
-            github: None,
+            ..Default::default()
         }
     }
 
@@ -398,7 +551,7 @@ mod tests {
                 },
                 categories: None,
                 options: SubmissionOptions::default(),
-                github: None,
+                ..Default::default()
             };
         let task = defaults()
             .issue_analysis(submission(None, None), NOW)
