@@ -16,7 +16,7 @@ use verdict_backends::repo::{GitRepositorySource, GitSourceConfig, RepoError, Re
 use verdict_backends::store::StateStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_proto::wire::StageKind;
-use verdict_scheduler::engine::{Scheduler, SchedulerDeps, SchedulerSettings};
+use verdict_scheduler::engine::{CodeHostSettings, Scheduler, SchedulerDeps, SchedulerSettings};
 use verdict_scheduler::metrics::SchedulerMetrics;
 use verdict_scheduler::pipeline::{PipelineSettings, StageSettings};
 use verdict_worker::consumer::{Consumer, ConsumerSettings};
@@ -206,6 +206,7 @@ fn pipeline_settings(config: &Config) -> PipelineSettings {
         max_diff_bytes: config.pipeline.max_diff_bytes,
         stages,
         issue_categories: config.issue_categories.clone(),
+        ignore_paths: config.pipeline.ignore_paths.clone(),
     }
 }
 
@@ -217,7 +218,9 @@ fn scheduler_settings(config: &Config) -> SchedulerSettings {
         message_max_bytes: config.broker.message_max_bytes,
         sweep_interval: config.scheduler.sweep_interval,
         stall_after: config.scheduler.stall_after,
-        code_host: None,
+        code_host: config.github.as_ref().map(|g| CodeHostSettings {
+            web_host: g.web_host.clone(),
+        }),
     }
 }
 

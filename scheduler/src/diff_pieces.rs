@@ -24,6 +24,7 @@ pub async fn prepare(
     store: &dyn InputStore,
     text: &str,
     max_diff_bytes: usize,
+    ignore: &IgnoredPaths,
 ) -> Result<PreparedDiff, verdict_backends::store::InputError> {
     let mut files = Vec::new();
     let mut stat = String::new();
@@ -40,7 +41,11 @@ pub async fn prepare(
             .unwrap_or_else(|| "(unknown)".to_owned());
         let (added, removed) = count_changes(piece);
         stat.push_str(&format!("{path} (+{added} -{removed})\n"));
-        let excluded = if file.binary {
+        let excluded = if let Some(pattern) = ignore.matching(&path) {
+            Some(format!(
+                "ignored: matches `{pattern}` (pipeline.ignore_paths)"
+            ))
+        } else if file.binary {
             Some("binary file".to_owned())
         } else if file.hunks.is_empty() {
             Some("no text change (mode change or rename only)".to_owned())
@@ -90,6 +95,38 @@ pub async fn prepare(
     })
 }
 
+/// The globs of `pipeline.ignore_paths`, compiled (`*` stays within a folder, `**` crosses
+/// folders, as in `.gitignore`).
+#[derive(Debug, Clone, Default)]
+pub struct IgnoredPaths {
+    patterns: Vec<(String, globset::GlobMatcher)>,
+}
+
+impl IgnoredPaths {
+    /// Compiles `patterns`; the error names the pattern that is not a glob.
+    pub fn new(patterns: &[String]) -> Result<IgnoredPaths, String> {
+        let patterns = patterns
+            .iter()
+            .map(|p| {
+                globset::GlobBuilder::new(p)
+                    .literal_separator(true)
+                    .build()
+                    .map(|g| (p.clone(), g.compile_matcher()))
+                    .map_err(|e| format!("`{p}` is not a glob: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(IgnoredPaths { patterns })
+    }
+
+    /// The first pattern `path` matches.
+    pub fn matching(&self, path: &str) -> Option<&str> {
+        self.patterns
+            .iter()
+            .find(|(_, m)| m.is_match(path))
+            .map(|(p, _)| p.as_str())
+    }
+}
+
 /// The pieces of a git diff, one per file, each starting with its `diff --git` line. Text before
 /// the first such line (none in git output) is dropped.
 pub fn split_by_file(text: &str) -> Vec<&str> {
@@ -132,9 +169,45 @@ mod tests {
     const DIFF: &str = "diff --git a/src/a.rs b/src/a.rs\n--- a/src/a.rs\n+++ b/src/a.rs\n@@ -1,2 +1,3 @@\n x\n+y\n z\ndiff --git a/logo.png b/logo.png\nBinary files a/logo.png and b/logo.png differ\ndiff --git a/big.rs b/big.rs\n--- a/big.rs\n+++ b/big.rs\n@@ -1 +1 @@\n-old line that is long enough to go over the tiny budget\n+new line that is long enough to go over the tiny budget\n";
 
     #[tokio::test]
+    async fn ignored_paths_are_left_out_naming_their_pattern() {
+        let store = MemoryStore::new();
+        let ignore = IgnoredPaths::new(&["*.png".to_owned(), "src/**/*.rs".to_owned()]).unwrap();
+        let p = prepare(&store, DIFF, 10_000, &ignore).await.unwrap();
+        let reasons: Vec<(&str, &str)> = p
+            .coverage
+            .files_not_reviewed
+            .iter()
+            .map(|n| (n.path.as_str(), n.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                (
+                    "src/a.rs",
+                    "ignored: matches `src/**/*.rs` (pipeline.ignore_paths)"
+                ),
+                (
+                    "logo.png",
+                    "ignored: matches `*.png` (pipeline.ignore_paths)"
+                ),
+            ]
+        );
+        assert_eq!(p.coverage.files_reviewed, vec!["big.rs"]);
+        assert_eq!(
+            IgnoredPaths::new(&["a/{b".to_owned()])
+                .unwrap_err()
+                .split(':')
+                .next(),
+            Some("`a/{b` is not a glob")
+        );
+    }
+
+    #[tokio::test]
     async fn files_are_stored_and_left_out_with_reasons() {
         let store = MemoryStore::new();
-        let p = prepare(&store, DIFF, 150).await.unwrap();
+        let p = prepare(&store, DIFF, 150, &IgnoredPaths::default())
+            .await
+            .unwrap();
         assert_eq!(p.files.len(), 3);
         assert_eq!(p.coverage.files_reviewed, vec!["src/a.rs"]);
         let reasons: Vec<&str> = p

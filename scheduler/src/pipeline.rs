@@ -47,6 +47,9 @@ pub struct PipelineSettings {
     pub stages: BTreeMap<StageKind, StageSettings>,
     #[serde(default)]
     pub issue_categories: Option<Vec<String>>,
+    /// Globs of changed files a review leaves out (listed as not reviewed, with the pattern).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore_paths: Vec<String>,
 }
 
 /// A progress event to emit, before the engine stamps it with task id and time.

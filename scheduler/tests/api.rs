@@ -553,6 +553,7 @@ async fn serve_scheduler() -> Server {
             max_diff_bytes: 100_000,
             stages: Default::default(),
             issue_categories: None,
+            ignore_paths: Vec::new(),
         },
         review_timeout: Duration::from_secs(600),
         language: verdict_proto::Language::En,

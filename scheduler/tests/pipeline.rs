@@ -44,6 +44,7 @@ fn settings(triage: bool, reviewers: u8) -> PipelineSettings {
         max_diff_bytes: 10_000,
         stages,
         issue_categories: None,
+        ignore_paths: Vec::new(),
     }
 }
 

@@ -115,3 +115,9 @@ pub(super) fn dev_cache_dir(lookup: impl Fn(&str) -> Option<String>) -> PathBuf 
     }
     std::env::temp_dir().join("verdict-cache")
 }
+
+pub(super) const GITHUB_API_URL: &str = "https://api.github.com";
+pub(super) const GITHUB_TIMEOUT_SECONDS: i64 = 30;
+pub(super) const GITHUB_STATUS_CONTEXT: &str = "verdict";
+pub(super) const GITHUB_LABEL_MIN_CONFIDENCE: f64 = 0.7;
+pub(super) const GITHUB_IGNORE_TITLES: &[&str] = &["[skip review]", "[no review]"];

@@ -26,6 +26,7 @@
 
 mod defaults;
 mod env;
+mod github;
 mod raw;
 mod validate;
 
@@ -45,6 +46,7 @@ use verdict_worker::provider::{ApiKeyError, ProviderSettings, Secret};
 use verdict_worker::retry::RetryPolicy;
 
 pub use defaults::{EMBEDDED_DEFAULT_TOML, KNOWN_ENV_VARS};
+pub use github::{GitHubConfig, GitHubCredentials};
 
 /// The validated configuration of every verdict process.
 #[derive(Debug, Clone)]
@@ -64,6 +66,8 @@ pub struct Config {
     pub worker: WorkerConfig,
     pub retry: RetryPolicy,
     pub pipeline: PipelineConfig,
+    /// `[github]`, when the table is present.
+    pub github: Option<GitHubConfig>,
     /// `[providers.<name>]`, in name order, API keys already resolved.
     pub providers: Vec<ProviderSettings>,
     /// The provider a stage uses unless `[stages.<stage>] provider` says otherwise.
@@ -224,6 +228,8 @@ pub struct PipelineConfig {
     pub max_diff_bytes: usize,
     /// Whether the optional triage stage runs.
     pub triage: bool,
+    /// Globs of changed files reviews leave out (listed as not reviewed).
+    pub ignore_paths: Vec<String>,
 }
 
 /// `[stages.<stage>]`, defaults filled in.

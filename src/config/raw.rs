@@ -51,7 +51,7 @@ const fn key(name: &'static str, kind: Kind) -> Field {
 macro_rules! table {
     ($(#[$doc:meta])* $raw:ident, $schema:ident { $($key:ident: $kind:ident $(($($args:tt)*))?,)* }) => {
         $(#[$doc])*
-        #[derive(Debug, Default, Deserialize)]
+        #[derive(Debug, Default, PartialEq, Deserialize)]
         #[serde(default, deny_unknown_fields)]
         pub(super) struct $raw {
             $(pub $key: value_type!($kind $(($($args)*))?),)*
@@ -102,6 +102,7 @@ table! {
         worker: Table(RawWorker, WORKER),
         retry: Table(RawRetry, RETRY),
         pipeline: Table(RawPipeline, PIPELINE),
+        github: Table(RawGitHub, GITHUB),
         providers: Named(RawProvider, PROVIDER, Any),
         stages: Named(RawStage, STAGE, Stages),
     }
@@ -178,6 +179,37 @@ table! {
         max_diff_bytes_per_reviewer: Int,
         max_diff_bytes: Int,
         triage: Bool,
+        ignore_paths: List,
+    }
+}
+
+table! {
+    /// `[github]`
+    RawGitHub, GITHUB {
+        api_url: Str,
+        web_url: Str,
+        token_env: Str,
+        token_file: Str,
+        app_id: Int,
+        app_private_key_env: Str,
+        app_private_key_file: Str,
+        webhook_secret_env: Str,
+        webhook_secret_file: Str,
+        timeout_seconds: Int,
+        publish: Bool,
+        approve: Bool,
+        degraded_comment: Bool,
+        status_context: Str,
+        details_url: Str,
+        analyse_issues: Bool,
+        apply_labels: Bool,
+        label_min_confidence: Float,
+        pipeline: Str,
+        review_drafts: Bool,
+        ignore_bots: Bool,
+        ignore_authors: List,
+        ignore_titles: List,
+        ignore_labels: List,
     }
 }
 

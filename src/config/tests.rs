@@ -821,7 +821,7 @@ fn unknown_keys_list_the_valid_ones() {
     let e = err(&format!("colour = 1\n{BASE}"), &[]);
     assert_eq!(
         e,
-        "config key colour is unknown; valid top-level keys: review_timeout_seconds, protocol_repair_max_attempts, output_language, issue_categories, default_provider, broker, redis, api, scheduler, worker, retry, pipeline, providers, stages"
+        "config key colour is unknown; valid top-level keys: review_timeout_seconds, protocol_repair_max_attempts, output_language, issue_categories, default_provider, broker, redis, api, scheduler, worker, retry, pipeline, github, providers, stages"
     );
 }
 
@@ -1080,4 +1080,143 @@ fn documented_example_parses_and_every_key_is_documented() {
         &mut missing,
     );
     assert!(missing.is_empty(), "undocumented keys: {missing:?}");
+}
+
+#[test]
+fn github_takes_a_token_or_an_app_and_derives_its_web_host() {
+    assert!(ok(BASE, &[]).github.is_none(), "no table, no GitHub");
+    let token = format!("{BASE}\n[github]\ntoken_env = \"GH_TOKEN\"\n");
+    let c = ok(&token, &[("GH_TOKEN", "ghp_secret\n")]);
+    let g = c.github.unwrap();
+    assert_eq!(g.api_url, "https://api.github.com");
+    assert_eq!(
+        (g.web_url.as_str(), g.web_host.as_str()),
+        ("https://github.com", "github.com")
+    );
+    assert!(
+        matches!(&g.credentials, super::GitHubCredentials::Token(t) if t.expose() == "ghp_secret")
+    );
+    assert_eq!(g.timeout, Duration::from_secs(30));
+    assert!(g.policy.publish && g.policy.analyse_issues && g.approve);
+    assert!(!g.degraded_comment && !g.apply_labels);
+    assert_eq!(
+        g.policy.filters.ignore_titles,
+        ["[skip review]", "[no review]"]
+    );
+    assert_eq!(g.status_context, "verdict");
+    assert!(!format!("{g:?}").contains("ghp_secret"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("app.pem");
+    std::fs::write(
+        &key,
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let app = format!(
+        "{BASE}\n[github]\napi_url = \"https://ghe.example.com:8443/api/v3/\"\napp_id = 42\napp_private_key_file = {:?}\nwebhook_secret_env = \"HOOK\"\n",
+        key.display()
+    );
+    let g = ok(&app, &[("HOOK", "s3cret")]).github.unwrap();
+    assert_eq!(g.api_url, "https://ghe.example.com:8443/api/v3");
+    assert_eq!(g.web_host, "ghe.example.com:8443");
+    assert_eq!(g.webhook_secret.unwrap().expose(), "s3cret");
+    match g.credentials {
+        super::GitHubCredentials::App {
+            app_id,
+            private_key,
+        } => {
+            assert_eq!(app_id, 42);
+            assert!(
+                private_key.expose().contains("\nMIIB\n"),
+                "the whole PEM is kept"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn github_errors_name_the_key_and_the_fix() {
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case<'_>] = &[
+        (
+            "publish = false",
+            &[],
+            "config key github has no credentials; set token_env or token_file",
+        ),
+        (
+            "token_env = \"GH\"",
+            &[],
+            "github.token_env = \"GH\" names a variable that is not set or empty",
+        ),
+        (
+            "token_env = \"GH\"\napp_id = 3\napp_private_key_env = \"K\"",
+            &[("GH", "t"), ("K", "k")],
+            "cannot be combined with GitHub App credentials",
+        ),
+        ("app_id = 3", &[], "needs the App's private key too"),
+        (
+            "app_private_key_env = \"K\"",
+            &[("K", "k")],
+            "github.app_id is required with an App private key",
+        ),
+        (
+            "token_env = \"GH\"\napi_url = \"https://u:p@ghe/api/v3\"",
+            &[("GH", "t")],
+            "must not carry credentials",
+        ),
+        (
+            "token_env = \"GH\"\napi_url = \"ftp://ghe\"",
+            &[("GH", "t")],
+            "must be an https:// URL",
+        ),
+        (
+            "token_env = \"GH\"\npipeline = \"fast\"",
+            &[("GH", "t")],
+            "use multi (staged review) or single",
+        ),
+        (
+            "token_env = \"GH\"\nlabel_min_confidence = 2",
+            &[("GH", "t")],
+            "is out of range 0–1",
+        ),
+        (
+            "token_env = \"GH\"\nwebhook_secret_env = \"HOOK\"",
+            &[("GH", "t")],
+            "github.webhook_secret_env = \"HOOK\" names a variable that is not set",
+        ),
+        (
+            "token_env = \"GH\"\ndetails_url = \"verdict/tasks\"",
+            &[("GH", "t")],
+            "is not an http(s) URL",
+        ),
+        (
+            "token_env = \"GH\"\nignore_labels = [\"wip\", \"wip\"]",
+            &[("GH", "t")],
+            "is listed twice",
+        ),
+    ];
+    for (table, vars, expected) in cases {
+        let text = format!("{BASE}\n[github]\n{table}\n");
+        let e = err(&text, vars);
+        assert!(e.contains(expected), "{table}: {e}");
+    }
+}
+
+#[test]
+fn ignore_paths_are_globs_checked_at_start_up() {
+    let c = ok(
+        &format!("{BASE}\n[pipeline]\nignore_paths = [\"*.lock\", \"docs/**\"]\n"),
+        &[],
+    );
+    assert_eq!(c.pipeline.ignore_paths, ["*.lock", "docs/**"]);
+    let e = err(
+        &format!("{BASE}\n[pipeline]\nignore_paths = [\"src/{{a\"]\n"),
+        &[],
+    );
+    assert!(
+        e.starts_with("config key pipeline.ignore_paths `src/{a` is not a glob"),
+        "{e}"
+    );
 }

@@ -71,13 +71,18 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 }
 
 /// What errors need to know: which keys the environment set, and the environment itself.
-struct Ctx<'a> {
+pub(super) struct Ctx<'a> {
     origins: &'a Origins,
     env: &'a [(String, String)],
 }
 
 impl Ctx<'_> {
-    fn err(&self, key: &str, value: Option<String>, problem: impl Into<String>) -> ConfigError {
+    pub(super) fn err(
+        &self,
+        key: &str,
+        value: Option<String>,
+        problem: impl Into<String>,
+    ) -> ConfigError {
         ConfigError::Key {
             key: key.to_owned(),
             value,
@@ -87,7 +92,7 @@ impl Ctx<'_> {
     }
 
     /// The value of an environment variable (the last one wins, as in a shell).
-    fn var(&self, name: &str) -> Option<&str> {
+    pub(super) fn var(&self, name: &str) -> Option<&str> {
         self.env
             .iter()
             .rev()
@@ -97,7 +102,7 @@ impl Ctx<'_> {
 
     /// An integer key: `value` or `default`, within `min..=max` (no upper bound for `None`),
     /// converted to the target type.
-    fn num<T: TryFrom<i64>>(
+    pub(super) fn num<T: TryFrom<i64>>(
         &self,
         key: &str,
         value: Option<i64>,
@@ -119,7 +124,7 @@ impl Ctx<'_> {
         T::try_from(v).map_err(|_| self.err(key, Some(v.to_string()), "is too large"))
     }
 
-    fn seconds(
+    pub(super) fn seconds(
         &self,
         key: &str,
         value: Option<i64>,
@@ -131,7 +136,11 @@ impl Ctx<'_> {
     }
 
     /// A text key that, when present, must not be blank.
-    fn text(&self, key: &str, value: Option<String>) -> Result<Option<String>, ConfigError> {
+    pub(super) fn text(
+        &self,
+        key: &str,
+        value: Option<String>,
+    ) -> Result<Option<String>, ConfigError> {
         match value {
             Some(v) if v.trim().is_empty() => {
                 Err(self.err(key, Some(quote(&v)), "must not be empty"))
@@ -141,7 +150,7 @@ impl Ctx<'_> {
     }
 
     /// A list of non-blank, distinct texts.
-    fn names(&self, key: &str, values: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    pub(super) fn names(&self, key: &str, values: Vec<String>) -> Result<Vec<String>, ConfigError> {
         let mut seen = BTreeSet::new();
         for (i, v) in values.iter().enumerate() {
             if v.trim().is_empty() {
@@ -341,7 +350,7 @@ fn display(value: &Value) -> String {
     }
 }
 
-fn quote(text: &str) -> String {
+pub(super) fn quote(text: &str) -> String {
     format!("{:?}", verdict_proto::redact::redact(&redact_url(text)))
 }
 
@@ -351,15 +360,15 @@ pub(super) fn redact_url(text: &str) -> String {
 }
 
 /// The parts of a URL the checks need.
-struct UrlParts<'a> {
-    scheme: String,
-    userinfo: bool,
-    host: &'a str,
-    port: Option<&'a str>,
-    path: &'a str,
+pub(super) struct UrlParts<'a> {
+    pub scheme: String,
+    pub userinfo: bool,
+    pub host: &'a str,
+    pub port: Option<&'a str>,
+    pub path: &'a str,
 }
 
-fn url_parts(url: &str) -> Option<UrlParts<'_>> {
+pub(super) fn url_parts(url: &str) -> Option<UrlParts<'_>> {
     let (scheme, rest) = url.split_once("://")?;
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
@@ -493,6 +502,7 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
     let worker = worker(raw.worker, ctx, from_file)?;
     let retry = retry(raw.retry, ctx)?;
     let pipeline = pipeline(raw.pipeline, ctx)?;
+    let github = super::github::github(raw.github, ctx)?;
 
     if raw.providers.is_empty() {
         return Err(ctx.err(
@@ -555,6 +565,7 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
         worker,
         retry,
         pipeline,
+        github,
         providers,
         default_provider,
         stages,
@@ -650,37 +661,16 @@ fn redis(raw: raw::RawRedis, ctx: &Ctx<'_>) -> Result<RedisConfig, ConfigError> 
 
 fn api(raw: raw::RawApi, ctx: &Ctx<'_>) -> Result<ApiConfig, ConfigError> {
     let listen = ctx.socket("api.listen", raw.listen, d::API_LISTEN)?;
-    let token_env = ctx.text("api.token_env", raw.token_env)?;
-    let token_file = ctx.text("api.token_file", raw.token_file)?;
-    let (token, token_source) = match (token_env, token_file) {
-        (Some(_), Some(file)) => {
-            return Err(ctx.err(
-                "api.token_file",
-                Some(quote(&file)),
-                "cannot be combined with api.token_env; keep one",
-            ));
-        }
-        (_, Some(file)) => {
-            let path = PathBuf::from(&file);
-            let token = read_first_line(&path).map_err(|reason| {
-                ctx.err(
-                    "api.token_file",
-                    Some(quote(&file)),
-                    format!("cannot be read: {reason}"),
-                )
-            })?;
-            (Some(token), TokenSource::File(path))
-        }
-        (var, None) => {
-            let var = var.unwrap_or_else(|| d::API_TOKEN_ENV.to_owned());
-            let token = ctx
-                .var(&var)
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .map(Secret::new);
-            (token, TokenSource::Env(var))
-        }
-    };
+    let (token, token_source) = secret(
+        ctx,
+        ("api.token_env", raw.token_env),
+        ("api.token_file", raw.token_file),
+        Some(d::API_TOKEN_ENV),
+        SecretForm::FirstLine,
+    )?;
+    // With a default variable there is always a source.
+    let token_source =
+        token_source.unwrap_or_else(|| TokenSource::Env(d::API_TOKEN_ENV.to_owned()));
     Ok(ApiConfig {
         listen,
         token,
@@ -696,8 +686,76 @@ fn api(raw: raw::RawApi, ctx: &Ctx<'_>) -> Result<ApiConfig, ConfigError> {
     })
 }
 
+/// How a secret is written in its file or variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SecretForm {
+    /// A token: the first line, trimmed.
+    FirstLine,
+    /// A PEM key: the whole text, trimmed.
+    Whole,
+}
+
+/// A secret given by a variable's name (`env`) or a file (`file`), at most one of them; `default`
+/// is the variable read when neither is set. Returns the secret, when its source had one, and
+/// where it was looked for. An unreadable or empty file is an error naming the key; an unset or
+/// empty variable is no secret (the caller decides whether one is required).
+pub(super) fn secret(
+    ctx: &Ctx<'_>,
+    env: (&str, Option<String>),
+    file: (&str, Option<String>),
+    default: Option<&str>,
+    form: SecretForm,
+) -> Result<(Option<Secret>, Option<TokenSource>), ConfigError> {
+    let (env_key, env) = env;
+    let (file_key, file) = file;
+    let env = ctx.text(env_key, env)?;
+    let file = ctx.text(file_key, file)?;
+    match (env, file) {
+        (Some(_), Some(file)) => Err(ctx.err(
+            file_key,
+            Some(quote(&file)),
+            format!("cannot be combined with {env_key}; keep one"),
+        )),
+        (_, Some(file)) => {
+            let path = PathBuf::from(&file);
+            let read = match form {
+                SecretForm::FirstLine => read_first_line(&path),
+                SecretForm::Whole => read_whole(&path),
+            };
+            let value = read.map_err(|reason| {
+                ctx.err(
+                    file_key,
+                    Some(quote(&file)),
+                    format!("cannot be read: {reason}"),
+                )
+            })?;
+            Ok((Some(value), Some(TokenSource::File(path))))
+        }
+        (var, None) => {
+            let Some(var) = var.or_else(|| default.map(str::to_owned)) else {
+                return Ok((None, None));
+            };
+            let value = ctx.var(&var).map(str::trim).filter(|t| !t.is_empty());
+            let value = match form {
+                SecretForm::FirstLine => value.and_then(|v| v.lines().next()).map(str::trim),
+                SecretForm::Whole => value,
+            };
+            Ok((value.map(Secret::new), Some(TokenSource::Env(var))))
+        }
+    }
+}
+
+/// A whole secret file, trimmed (a PEM key); an empty file is an error.
+fn read_whole(path: &std::path::Path) -> Result<Secret, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    match text.trim() {
+        "" => Err("the file is empty".to_owned()),
+        key => Ok(Secret::new(key)),
+    }
+}
+
 /// The first line of a secret file, trimmed; an empty file is an error.
-fn read_first_line(path: &std::path::Path) -> Result<Secret, String> {
+pub(super) fn read_first_line(path: &std::path::Path) -> Result<Secret, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     match text.lines().next().map(str::trim) {
         Some(line) if !line.is_empty() => Ok(Secret::new(line)),
@@ -834,6 +892,20 @@ fn pipeline(raw: raw::RawPipeline, ctx: &Ctx<'_>) -> Result<PipelineConfig, Conf
             None,
         )?,
         triage: raw.triage.unwrap_or(d::TRIAGE),
+        ignore_paths: {
+            let globs = ctx.names(
+                "pipeline.ignore_paths",
+                raw.ignore_paths.unwrap_or_default(),
+            )?;
+            if let Err(problem) = verdict_scheduler::diff_pieces::IgnoredPaths::new(&globs) {
+                return Err(ctx.err(
+                    "pipeline.ignore_paths",
+                    None,
+                    format!("{problem}; write globs such as \"docs/**\" or \"*.lock\""),
+                ));
+            }
+            globs
+        },
     })
 }
 

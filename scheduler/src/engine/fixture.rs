@@ -74,6 +74,7 @@ impl Fixture {
                 max_diff_bytes: 100_000,
                 stages: Default::default(),
                 issue_categories: None,
+                ignore_paths: Vec::new(),
             },
             review_timeout: Duration::from_secs(600),
             language: Language::En,

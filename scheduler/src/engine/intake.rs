@@ -19,7 +19,7 @@ use verdict_proto::wire::RepositoryRef;
 use super::SchedulerDeps;
 use super::records::TaskRecords;
 use super::transition::Transitions;
-use crate::diff_pieces::{self, PreparedDiff};
+use crate::diff_pieces::{self, IgnoredPaths, PreparedDiff};
 use crate::document::TaskState;
 use crate::pipeline;
 use crate::service::IssueInput;
@@ -313,10 +313,15 @@ impl Intake {
                 let context = format!("cannot read the change from `{base}` to `{}`", repo.commit);
                 Refused::repository(Some(context), &e)
             })?;
+        let ignore = IgnoredPaths::new(&task.settings.ignore_paths).map_err(|e| Refused {
+            kind: FailureKind::InvalidRequest,
+            reason: format!("pipeline.ignore_paths: {e}"),
+        })?;
         let diff = diff_pieces::prepare(
             self.inputs.as_ref(),
             &change.diff,
             task.settings.max_diff_bytes,
+            &ignore,
         )
         .await
         .map_err(|e| Refused {

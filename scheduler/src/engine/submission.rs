@@ -368,6 +368,7 @@ mod tests {
                 max_diff_bytes: 100_000,
                 stages: Default::default(),
                 issue_categories: Some(vec!["bug".to_owned()]),
+                ignore_paths: Vec::new(),
             },
             language: Language::En,
             review_timeout: Duration::from_secs(600),
