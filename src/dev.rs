@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::clock::SystemClock;
+use verdict_backends::publish::Publisher;
 use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::memory::MemoryStore;
 use verdict_proto::wire::EventType;
@@ -34,11 +35,13 @@ pub struct DevPool {
 }
 
 impl DevPool {
-    /// Starts a scheduler and `workers` worker consumers.
+    /// Starts a scheduler and `workers` worker consumers, reading repositories from
+    /// `repositories` and pull requests from `publisher` (when GitHub is configured).
     pub fn start(
         config: &Config,
         providers: ProviderRegistry,
         repositories: Arc<dyn RepositorySource>,
+        publisher: Option<Arc<dyn Publisher>>,
         workers: usize,
     ) -> Result<DevPool, WiringError> {
         let broker = Arc::new(MemoryBroker::with_delivery_limit(
@@ -51,7 +54,7 @@ impl DevPool {
                 broker: broker.clone(),
                 store: store.clone(),
                 repositories,
-                publisher: None,
+                publisher,
                 clock: Arc::new(SystemClock),
             },
         );

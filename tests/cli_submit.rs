@@ -78,6 +78,7 @@ impl Finished {
             reason: reason.map(str::to_owned),
             failure_kind: None,
             github: None,
+            publication: None,
             repository: None,
             result,
             stages: vec![],

@@ -44,7 +44,7 @@ async fn rig(script: impl FnOnce(&FakeProvider)) -> Rig {
     git.env = vec![("GIT_CONFIG_GLOBAL".into(), "/dev/null".into())];
     let repositories = Arc::new(GitRepositorySource::open(git).unwrap());
     let providers = runtime::provider_registry(&config).unwrap();
-    let pool = DevPool::start(&config, providers, repositories, 2).unwrap();
+    let pool = DevPool::start(&config, providers, repositories, None, 2).unwrap();
     Rig {
         fake,
         pool,

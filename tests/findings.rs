@@ -149,7 +149,7 @@ async fn run(case: &Case, dir: &Path) -> TaskDocument {
     git.env = vec![("GIT_CONFIG_GLOBAL".into(), "/dev/null".into())];
     let repositories = Arc::new(GitRepositorySource::open(git).unwrap());
     let providers = runtime::provider_registry(&config).unwrap();
-    let pool = DevPool::start(&config, providers, repositories, 2).unwrap();
+    let pool = DevPool::start(&config, providers, repositories, None, 2).unwrap();
     let repository = repo.display().to_string();
     let submitted = match case.pipeline.as_str() {
         "scan" => pool.scheduler.submit_scan(ScanSubmission {

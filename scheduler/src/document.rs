@@ -144,6 +144,10 @@ pub struct TaskDocument {
     /// The GitHub pull request or issue the task is about, and whether it is published there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub github: Option<crate::service::GitHubSource>,
+    /// Publishing the outcome there: pending, published (with the address), nothing, stale or
+    /// failed (with why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publication: Option<crate::task::PublicationRecord>,
     /// The result model (review, issue analysis or scan) once terminal with a result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,

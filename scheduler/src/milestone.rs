@@ -285,6 +285,7 @@ mod tests {
             reason: None,
             failure_kind: None,
             github: None,
+            publication: None,
             repository: Some(crate::document::RepositoryView {
                 url: "https://example.test/r.git".into(),
                 revision: "feature".into(),

@@ -582,6 +582,10 @@ fn finish(
     task.finished_unix_ms = Some(now);
     // Stages still planned are never published after the end.
     fx.planned.clear();
+    // In the same write as the end, so a crash after it cannot lose the publication.
+    if task.github.as_ref().is_some_and(|g| g.publish) && task.publication.is_none() {
+        task.publication = Some(crate::task::PublicationRecord::pending());
+    }
     match state {
         TaskState::Incomplete => fx.event(
             EventType::Failed,

@@ -57,6 +57,7 @@ fn document(id: &str, kind: TaskKind, pipeline: &str) -> TaskDocument {
         reason: None,
         failure_kind: None,
         github: None,
+        publication: None,
         repository: None,
         result: None,
         stages: vec![],

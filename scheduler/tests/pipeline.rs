@@ -98,6 +98,7 @@ fn task(pipeline: PipelineKind, triage: bool, reviewers: u8) -> TaskRecord {
         deadline_unix_ms: 600_000,
         triage_fallback: false,
         github: None,
+        publication: None,
     }
 }
 

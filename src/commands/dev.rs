@@ -40,14 +40,36 @@ enum DevCommand {
 #[derive(Debug, clap::Args)]
 struct ReviewArgs {
     /// The repository: a path or a git URL.
-    #[arg(long, value_name = "PATH_OR_URL")]
-    repo: String,
+    #[arg(
+        long,
+        value_name = "PATH_OR_URL",
+        required_unless_present = "pr",
+        conflicts_with = "pr"
+    )]
+    repo: Option<String>,
     /// The base revision of the change.
-    #[arg(long, value_name = "REV")]
-    base: String,
+    #[arg(
+        long,
+        value_name = "REV",
+        required_unless_present = "pr",
+        conflicts_with = "pr"
+    )]
+    base: Option<String>,
     /// The head revision of the change.
-    #[arg(long, value_name = "REV")]
-    head: String,
+    #[arg(
+        long,
+        value_name = "REV",
+        required_unless_present = "pr",
+        conflicts_with = "pr"
+    )]
+    head: Option<String>,
+    /// A pull request's URL (`https://github.com/OWNER/REPO/pull/N`) instead of --repo, --base
+    /// and --head (needs `[github]` in --config).
+    #[arg(long, value_name = "URL")]
+    pr: Option<String>,
+    /// Post the result to the pull request (with --pr).
+    #[arg(long, requires = "pr")]
+    publish: bool,
     /// `multi` (triage, summary, reviewers, validator) or `single` (one agentic review).
     #[arg(long, default_value = "multi", value_parser = ["multi", "single"])]
     pipeline: String,
@@ -72,7 +94,7 @@ async fn dev(args: Args) -> anyhow::Result<ExitCode> {
     let config = process::load_config(args.config.as_deref())?;
     let providers = runtime::provider_registry(&config).context("configure providers")?;
     let repositories = runtime::open_repositories(&config, Role::Dev).await?;
-    let pool = DevPool::start(&config, providers, repositories, args.workers)?;
+    let pool = DevPool::start(&config, providers, repositories, None, args.workers)?;
     let code = match args.command {
         Some(DevCommand::Review(review)) => run_review(&pool, review).await,
         None => serve(&pool, args.listen).await,
@@ -82,16 +104,18 @@ async fn dev(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_review(pool: &DevPool, args: ReviewArgs) -> anyhow::Result<ExitCode> {
-    let repository = match std::fs::canonicalize(&args.repo) {
+    let repository = args.repo.map(|repo| match std::fs::canonicalize(&repo) {
         Ok(path) => path.display().to_string(),
-        Err(_) => args.repo.clone(),
-    };
+        Err(_) => repo,
+    });
     let submitted = pool
         .scheduler
         .submit_review(ReviewSubmission {
-            repository,
-            base: args.base,
-            head: args.head,
+            repository: repository.unwrap_or_default(),
+            base: args.base.unwrap_or_default(),
+            head: args.head.unwrap_or_default(),
+            pull_request: args.pr,
+            publish: args.publish,
             pipeline: Some(args.pipeline),
             title: args.title,
             body: None,

@@ -23,7 +23,8 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum Kind {
-    /// Review a change of a repository: its base and head revisions.
+    /// Review a change of a repository (its base and head revisions), or a pull request by its
+    /// URL (`--pr`).
     Review(ReviewArgs),
     /// Analyse an issue: category, priority, labels, assignees, duplicates.
     IssueAnalysis(IssueArgs),
@@ -34,15 +35,37 @@ enum Kind {
 #[derive(Debug, clap::Args)]
 struct ReviewArgs {
     /// The repository: a git URL or a path the scheduler can read.
-    #[arg(long, value_name = "URL_OR_PATH")]
-    repo: String,
+    #[arg(
+        long,
+        value_name = "URL_OR_PATH",
+        required_unless_present = "pr",
+        conflicts_with = "pr"
+    )]
+    repo: Option<String>,
     /// The base revision of the change: a SHA, a branch, a tag, `HEAD`, `origin/main`,
     /// `feature~1`…
-    #[arg(long, value_name = "REV")]
-    base: String,
+    #[arg(
+        long,
+        value_name = "REV",
+        required_unless_present = "pr",
+        conflicts_with = "pr"
+    )]
+    base: Option<String>,
     /// The head revision of the change.
-    #[arg(long, value_name = "REV")]
-    head: String,
+    #[arg(
+        long,
+        value_name = "REV",
+        required_unless_present = "pr",
+        conflicts_with = "pr"
+    )]
+    head: Option<String>,
+    /// A pull request's URL (`https://github.com/OWNER/REPO/pull/N`) instead of --repo, --base
+    /// and --head: its head is reviewed against its base (the scheduler needs `[github]`).
+    #[arg(long, value_name = "URL")]
+    pr: Option<String>,
+    /// Post the result to the pull request (with --pr).
+    #[arg(long, requires = "pr")]
+    publish: bool,
     /// `multi` (triage, summary, reviewers, validator) or `single` (one agentic review).
     #[arg(long, value_parser = ["multi", "single"])]
     pipeline: Option<String>,
@@ -66,17 +89,24 @@ struct ReviewArgs {
 #[derive(Debug, clap::Args)]
 struct IssueArgs {
     /// The issue's title.
-    #[arg(long)]
-    title: String,
+    #[arg(long, required_unless_present = "issue", conflicts_with = "issue")]
+    title: Option<String>,
     /// The issue's body.
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", conflicts_with = "issue")]
     body: String,
     /// The issue's number.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "issue")]
     number: Option<u64>,
     /// The issue's current labels (comma-separated).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', conflicts_with = "issue")]
     labels: Vec<String>,
+    /// An issue's URL (`https://github.com/OWNER/REPO/issues/N`) instead of --title, --body,
+    /// --number and --labels: the issue and its repository are read from GitHub.
+    #[arg(long, value_name = "URL")]
+    issue: Option<String>,
+    /// Post the analysis to the issue (with --issue).
+    #[arg(long, requires = "issue")]
+    publish: bool,
     /// The repository the issue belongs to, so the analysis can look at its code.
     #[arg(long, value_name = "URL_OR_PATH")]
     repo: Option<String>,
@@ -163,9 +193,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (submission, output, server) = match args.kind {
         Kind::Review(a) => (
             Submission::Review(ReviewSubmission {
-                repository: a.repo,
-                base: a.base,
-                head: a.head,
+                repository: a.repo.unwrap_or_default(),
+                base: a.base.unwrap_or_default(),
+                head: a.head.unwrap_or_default(),
+                pull_request: a.pr,
+                publish: a.publish,
                 pipeline: a.pipeline,
                 title: a.title,
                 body: a.body,
@@ -181,10 +213,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 revision: a.revision,
                 issue: IssueInput {
                     number: a.number,
-                    title: a.title,
+                    title: a.title.unwrap_or_default(),
                     body: a.body,
                     labels: a.labels,
                 },
+                issue_url: a.issue,
+                publish: a.publish,
                 categories: a.categories,
                 options: a.options.into_options(None)?,
                 ..Default::default()
