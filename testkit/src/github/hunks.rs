@@ -60,6 +60,25 @@ pub(crate) fn hunk_for<'a>(
         .find(|h| h.covers(start, end))
 }
 
+/// GitHub's `position` of a new-side line: lines counted down from the file's first hunk header
+/// (the line below it is 1), through later hunks' headers too.
+pub(crate) fn position(files: &[FileDiff], path: &str, line: u32) -> Option<u32> {
+    let file = files.iter().find(|f| f.path == path)?;
+    let mut counter = 0u32;
+    for (i, hunk) in file.hunks.iter().enumerate() {
+        if i > 0 {
+            counter += 1;
+        }
+        for (number, _) in &hunk.lines {
+            counter += 1;
+            if *number == Some(line) {
+                return Some(counter);
+            }
+        }
+    }
+    None
+}
+
 /// Reads a unified diff as `git diff` prints it. Lines it does not understand outside hunks
 /// (index, mode, rename and binary notes) are skipped; a malformed hunk header ends the hunk.
 pub(crate) fn parse(diff: &str) -> Vec<FileDiff> {
@@ -288,6 +307,24 @@ Binary files a/logo.png and b/logo.png differ
             hunk_for(&files, "lib.rs", 2, 2).is_none(),
             "paths match exactly"
         );
+    }
+
+    #[test]
+    fn positions_count_through_later_hunk_headers() {
+        let files = parse(TWO_HUNKS);
+        assert_eq!(position(&files, "src/lib.rs", 1), Some(1));
+        assert_eq!(
+            position(&files, "src/lib.rs", 2),
+            Some(3),
+            "after the deleted line"
+        );
+        assert_eq!(
+            position(&files, "src/lib.rs", 21),
+            Some(8),
+            "below the second header"
+        );
+        assert_eq!(position(&files, "new.txt", 2), Some(2));
+        assert_eq!(position(&files, "src/lib.rs", 6), None);
     }
 
     #[test]

@@ -337,15 +337,16 @@ pub(crate) fn review_comment(
     );
     let created = rfc3339(record.created);
     let current = |v: Value| if outdated { Value::Null } else { v };
+    let anchor = record.anchors.get(index);
     json!({
         "url": api,
         "pull_request_review_id": c.review_id,
         "id": c.id,
         "node_id": format!("PRRC_fake{}", c.id),
-        "diff_hunk": record.hunks.get(index).cloned().unwrap_or_default(),
+        "diff_hunk": anchor.map(|a| a.diff_hunk.clone()).unwrap_or_default(),
         "path": c.path,
-        "position": current(json!(1)),
-        "original_position": 1,
+        "position": current(json!(anchor.map(|a| a.position))),
+        "original_position": anchor.map(|a| a.position),
         "commit_id": c.commit_id,
         "original_commit_id": c.commit_id,
         "user": user(urls, &record.review.user, record.user_is_bot),

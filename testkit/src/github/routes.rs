@@ -21,8 +21,8 @@ use super::json::{self, DOCS, Urls};
 use super::model::{FakeIssueComment, FakeReview, FakeReviewComment, FakeStatus, GitHubRequest};
 use super::page::Page;
 use super::state::{
-    CommentRecord, Fault, IssuedToken, Item, Label, RepoKey, ReviewRecord, State, StatusRecord,
-    repo_key,
+    Anchor, CommentRecord, Fault, IssuedToken, Item, Label, RepoKey, ReviewRecord, State,
+    StatusRecord, repo_key,
 };
 
 /// Every endpoint lives under this prefix, as on GitHub Enterprise Server.
@@ -761,6 +761,40 @@ fn draft_comment(value: &Value) -> Result<DraftComment, Reply> {
     })
 }
 
+/// The fields of a create-review request, checked against GitHub's schema.
+#[derive(Debug)]
+struct ReviewRequest<'a> {
+    commit_id: Option<&'a str>,
+    text: &'a str,
+    event: Option<&'a str>,
+    comments: Vec<DraftComment>,
+}
+
+fn review_request(obj: Option<&Map<String, Value>>) -> Result<ReviewRequest<'_>, Reply> {
+    let comments = match obj.and_then(|o| o.get("comments")) {
+        None => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(draft_comment)
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(other) => {
+            return Err(Reply::invalid_request(
+                &format!(
+                    "For 'properties/comments', {} is not an array.",
+                    shown(other)
+                ),
+                DOCS_REVIEWS,
+            ));
+        }
+    };
+    Ok(ReviewRequest {
+        commit_id: opt_str(obj, "commit_id", false, DOCS_REVIEWS)?,
+        text: opt_str(obj, "body", false, DOCS_REVIEWS)?.unwrap_or(""),
+        event: opt_str(obj, "event", false, DOCS_REVIEWS)?,
+        comments,
+    })
+}
+
 fn create_review(
     state: &mut State,
     urls: &Urls,
@@ -774,30 +808,13 @@ fn create_review(
         Ok(obj) => obj,
         Err(reply) => return reply,
     };
-    let fields = (|| {
-        let commit_id = opt_str(obj, "commit_id", false, DOCS_REVIEWS)?;
-        let text = opt_str(obj, "body", false, DOCS_REVIEWS)?.unwrap_or("");
-        let event = opt_str(obj, "event", false, DOCS_REVIEWS)?;
-        let comments = match obj.and_then(|o| o.get("comments")) {
-            None => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(draft_comment)
-                .collect::<Result<Vec<_>, _>>()?,
-            Some(other) => {
-                return Err(Reply::invalid_request(
-                    &format!(
-                        "For 'properties/comments', {} is not an array.",
-                        shown(other)
-                    ),
-                    DOCS_REVIEWS,
-                ));
-            }
-        };
-        Ok((commit_id, text, event, comments))
-    })();
-    let (commit_id, text, event, comments) = match fields {
-        Ok(fields) => fields,
+    let ReviewRequest {
+        commit_id,
+        text,
+        event,
+        comments,
+    } = match review_request(obj) {
+        Ok(request) => request,
         Err(reply) => return reply,
     };
     let review_state = match event {
@@ -893,11 +910,17 @@ fn create_review(
             _ => None,
         };
         match hunk {
-            Some(hunk) => placed.push((
-                u32::try_from(c.line).unwrap_or(0),
-                c.start_line.and_then(|s| u32::try_from(s).ok()),
-                hunk.text_until(u32::try_from(c.line).unwrap_or(0)),
-            )),
+            Some(hunk) => {
+                let line = u32::try_from(c.line).unwrap_or(0);
+                placed.push((
+                    line,
+                    c.start_line.and_then(|s| u32::try_from(s).ok()),
+                    Anchor {
+                        diff_hunk: hunk.text_until(line),
+                        position: hunks::position(&head.files, &c.path, line).unwrap_or(0),
+                    },
+                ));
+            }
             None => off_diff = true,
         }
     }
@@ -908,8 +931,8 @@ fn create_review(
     let review_id = state.next_id();
     let comment_ids: Vec<u64> = comments.iter().map(|_| state.next_id()).collect();
     let mut review_comments = Vec::with_capacity(comments.len());
-    let mut diff_hunks = Vec::with_capacity(comments.len());
-    for ((draft, (line, start_line, hunk)), id) in comments.iter().zip(placed).zip(comment_ids) {
+    let mut anchors = Vec::with_capacity(comments.len());
+    for ((draft, (line, start_line, anchor)), id) in comments.iter().zip(placed).zip(comment_ids) {
         review_comments.push(FakeReviewComment {
             id,
             review_id,
@@ -920,7 +943,7 @@ fn create_review(
             body: draft.body.clone(),
             commit_id: commit.clone(),
         });
-        diff_hunks.push(hunk);
+        anchors.push(anchor);
     }
     let record = ReviewRecord {
         review: FakeReview {
@@ -933,20 +956,17 @@ fn create_review(
         },
         submitted_at: (review_state != "PENDING").then_some(now),
         created: now,
-        hunks: diff_hunks,
+        anchors,
         user_is_bot: caller.is_bot,
     };
-    let Some(repo) = state.repos.get_mut(key) else {
-        return Reply::not_found();
-    };
-    let Some(pull) = repo.pull_mut(number) else {
-        return Reply::not_found();
-    };
-    pull.reviews.push(record.clone());
     let Some(repo) = state.repos.get(key) else {
         return Reply::not_found();
     };
-    Reply::ok(json::review(urls, repo, number, &record))
+    let reply = Reply::ok(json::review(urls, repo, number, &record));
+    if let Some(pull) = state.repos.get_mut(key).and_then(|r| r.pull_mut(number)) {
+        pull.reviews.push(record);
+    }
+    reply
 }
 
 fn delete_review(
@@ -1233,6 +1253,25 @@ fn add_labels(
 
 // ---- commit statuses ------------------------------------------------------------------------
 
+/// The fields of a create-status request, checked against GitHub's schema (the URL and the
+/// description may be `null`).
+#[derive(Debug)]
+struct StatusRequest<'a> {
+    state: &'a str,
+    target_url: Option<&'a str>,
+    description: Option<&'a str>,
+    context: Option<&'a str>,
+}
+
+fn status_request(obj: Option<&Map<String, Value>>) -> Result<StatusRequest<'_>, Reply> {
+    Ok(StatusRequest {
+        state: req_str(obj, "state", DOCS_STATUSES)?,
+        target_url: opt_str(obj, "target_url", true, DOCS_STATUSES)?,
+        description: opt_str(obj, "description", true, DOCS_STATUSES)?,
+        context: opt_str(obj, "context", false, DOCS_STATUSES)?,
+    })
+}
+
 fn create_status(
     state: &mut State,
     urls: &Urls,
@@ -1246,16 +1285,13 @@ fn create_status(
         Ok(obj) => obj,
         Err(reply) => return reply,
     };
-    let fields = (|| {
-        Ok::<_, Reply>((
-            req_str(obj, "state", DOCS_STATUSES)?,
-            opt_str(obj, "target_url", true, DOCS_STATUSES)?,
-            opt_str(obj, "description", true, DOCS_STATUSES)?,
-            opt_str(obj, "context", false, DOCS_STATUSES)?,
-        ))
-    })();
-    let (status_state, target_url, description, context) = match fields {
-        Ok(fields) => fields,
+    let StatusRequest {
+        state: status_state,
+        target_url,
+        description,
+        context,
+    } = match status_request(obj) {
+        Ok(request) => request,
         Err(reply) => return reply,
     };
     if !matches!(status_state, "error" | "failure" | "pending" | "success") {

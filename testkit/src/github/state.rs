@@ -285,9 +285,17 @@ pub(crate) struct ReviewRecord {
     /// `None` while pending.
     pub submitted_at: Option<SystemTime>,
     pub created: SystemTime,
-    /// The diff hunk shown above each comment, in the order of `review.comments`.
-    pub hunks: Vec<String>,
+    /// Where each comment sits in its commit's diff, in the order of `review.comments`.
+    pub anchors: Vec<Anchor>,
     pub user_is_bot: bool,
+}
+
+/// A comment's place in the diff as GitHub reports it: the hunk down to its line, and the line's
+/// `position` in the file's diff.
+#[derive(Debug, Clone)]
+pub(crate) struct Anchor {
+    pub diff_hunk: String,
+    pub position: u32,
 }
 
 #[derive(Debug, Clone)]
