@@ -46,26 +46,35 @@ use crate::{Diagnostic, DiagnosticCode};
 /// Parses a unified diff. Never panics and never fails: whatever cannot be understood is reported
 /// in [`Diff::warnings`].
 pub fn parse(diff: &str) -> Diff {
-    let mut parser = Parser {
-        lines: Lines {
-            text: diff,
-            pos: 0,
-            number: 0,
-        },
-        files: Vec::new(),
-        warnings: Vec::new(),
-        current: None,
-        hunk: None,
-        mode: Mode::Top,
-    };
-    while let Some((line, number)) = parser.lines.next() {
-        parser.line(line, number);
-    }
-    parser.end_of_input();
+    let parser = Parser::run(diff, None);
     Diff {
         files: parser.files,
         warnings: parser.warnings,
     }
+}
+
+/// The new-side text of lines `start..=end` of the first file in `piece` (a file's piece of a
+/// diff, such as one `diff --git` section): each line as the hunks show it after its `+` or ` `
+/// marker, without its line ending, joined with `\n`. `None` unless every line of the range is an
+/// added or context line of that file, so a caller never mistakes a gap between hunks for code.
+/// Lines are read exactly as [`parse`] reads them (the same hunk counts, the same recovery).
+pub fn new_side_text(piece: &str, start: u32, end: u32) -> Option<String> {
+    if start == 0 || start > end {
+        return None;
+    }
+    // A range longer than the piece has lines cannot be in it; checked before allocating.
+    let wanted = usize::try_from(end - start).ok()?.checked_add(1)?;
+    if wanted > memchr::memchr_iter(b'\n', piece.as_bytes()).count() + 1 {
+        return None;
+    }
+    let capture = Capture {
+        start,
+        end,
+        lines: vec![None; wanted],
+    };
+    let parser = Parser::run(piece, Some(capture));
+    let lines: Option<Vec<&str>> = parser.capture?.lines.into_iter().collect();
+    Some(lines?.join("\n"))
 }
 
 /// A parsed diff: the files in diff order and what could not be understood.
@@ -486,9 +495,61 @@ struct Parser<'a> {
     current: Option<OpenFile>,
     hunk: Option<OpenHunk>,
     mode: Mode,
+    /// New-side lines to keep the text of, for [`new_side_text`]; `None` for [`parse`].
+    capture: Option<Capture<'a>>,
+}
+
+/// The new-side lines `start..=end` of the first file, by line number, as they are read.
+struct Capture<'a> {
+    start: u32,
+    end: u32,
+    lines: Vec<Option<&'a str>>,
 }
 
 impl<'a> Parser<'a> {
+    fn run(text: &'a str, capture: Option<Capture<'a>>) -> Parser<'a> {
+        let mut parser = Parser {
+            lines: Lines {
+                text,
+                pos: 0,
+                number: 0,
+            },
+            files: Vec::new(),
+            warnings: Vec::new(),
+            current: None,
+            hunk: None,
+            mode: Mode::Top,
+            capture,
+        };
+        while let Some((line, number)) = parser.lines.next() {
+            parser.line(line, number);
+        }
+        parser.end_of_input();
+        parser
+    }
+
+    /// Keeps the text of new-side line `number` (just read from `raw`) when it is captured.
+    fn keep(&mut self, raw: &'a str, number: u32) {
+        // Only the first file's lines: `files` is empty until the first file is closed.
+        if !self.files.is_empty() {
+            return;
+        }
+        let Some(capture) = self.capture.as_mut() else {
+            return;
+        };
+        if number < capture.start || number > capture.end {
+            return;
+        }
+        let text = raw.get(1..).unwrap_or("");
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        if let Some(slot) = usize::try_from(number - capture.start)
+            .ok()
+            .and_then(|i| capture.lines.get_mut(i))
+        {
+            *slot = Some(text);
+        }
+    }
+
     fn line(&mut self, raw: &'a str, number: u32) {
         match self.mode {
             Mode::Top => {}
@@ -516,11 +577,12 @@ impl<'a> Parser<'a> {
 
     /// Feeds a line to the open hunk; `false` when the hunk has ended and the line is still to
     /// be read as something else.
-    fn hunk_line(&mut self, raw: &str, number: u32) -> bool {
+    fn hunk_line(&mut self, raw: &'a str, number: u32) -> bool {
         let Some(open) = self.hunk.as_mut() else {
             self.mode = Mode::Top;
             return false;
         };
+        let new_line = open.next_new;
         // Inside a valid hunk, `---`, `+++`, `@@` can only be a removal, an addition and the
         // next hunk when exactly one old and one new line remain.
         let next_file = raw.starts_with("--- ")
@@ -533,8 +595,14 @@ impl<'a> Parser<'a> {
         } else {
             open.feed(raw)
         };
+        let took_new_line = open.next_new != new_line;
         match step {
-            Feed::Consumed => true,
+            Feed::Consumed => {
+                if took_new_line {
+                    self.keep(raw, new_line);
+                }
+                true
+            }
             Feed::Done => {
                 self.close_hunk();
                 self.mode = Mode::Top;
@@ -1077,5 +1145,66 @@ mod tests {
             serde_json::to_value(FileStatus::ModeChanged).unwrap(),
             serde_json::json!("mode_changed")
         );
+    }
+
+    const PIECE: &str = "diff --git a/src/a.rs b/src/a.rs\n--- a/src/a.rs\n+++ b/src/a.rs\n\
+        @@ -1,4 +1,5 @@\n fn f() {\n-    old();\n+    new();\n+\tif x {\n }\n\n\
+        @@ -20,2 +21,3 @@ fn g() {\n     a();\n+    --- b();\n }\n";
+
+    #[test]
+    fn new_side_text_reads_added_and_context_lines() {
+        assert_eq!(new_side_text(PIECE, 1, 1).as_deref(), Some("fn f() {"));
+        assert_eq!(
+            new_side_text(PIECE, 2, 5).as_deref(),
+            Some("    new();\n\tif x {\n}\n"),
+            "removed lines are skipped; an empty context line is an empty line"
+        );
+        assert_eq!(
+            new_side_text(PIECE, 22, 23).as_deref(),
+            Some("    --- b();\n}"),
+            "content that looks like a header is content"
+        );
+    }
+
+    #[test]
+    fn new_side_text_refuses_lines_outside_the_hunks() {
+        assert_eq!(new_side_text(PIECE, 5, 21), None, "the gap between hunks");
+        assert_eq!(new_side_text(PIECE, 23, 24), None, "past the last hunk");
+        assert_eq!(new_side_text(PIECE, 0, 1), None);
+        assert_eq!(new_side_text(PIECE, 3, 2), None);
+        assert_eq!(new_side_text(PIECE, 1, u32::MAX), None);
+        assert_eq!(new_side_text("not a diff", 1, 1), None);
+    }
+
+    #[test]
+    fn new_side_text_exists_exactly_where_the_zone_says_a_range_is_commentable() {
+        let zone = parse(PIECE).commentable();
+        for start in 0..30 {
+            for end in 0..30 {
+                let text = new_side_text(PIECE, start, end);
+                assert_eq!(
+                    text.is_some(),
+                    zone.contains("src/a.rs", start, end),
+                    "{start}..={end}"
+                );
+                if let Some(text) = text {
+                    assert_eq!(text.split('\n').count(), (end - start + 1) as usize);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn new_side_text_reads_only_the_first_file_and_drops_carriage_returns() {
+        let two = format!(
+            "{PIECE}diff --git a/b.rs b/b.rs\n--- a/b.rs\n+++ b/b.rs\n@@ -30,0 +30,1 @@\n+other\n"
+        );
+        assert_eq!(
+            new_side_text(&two, 30, 30),
+            None,
+            "line 30 is the second file's"
+        );
+        let crlf = "--- a/x\r\n+++ b/x\r\n@@ -1 +1,2 @@\r\n x\r\n+\ty\r\n";
+        assert_eq!(new_side_text(crlf, 1, 2).as_deref(), Some("x\n\ty"));
     }
 }

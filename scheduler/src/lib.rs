@@ -12,6 +12,8 @@
 //! - [`result`]: result models and the multi-stage result policy.
 //! - [`merge`]: duplicate findings merged, so a result never lists one twice.
 //! - [`document`]: the task document the API returns.
+//! - [`publication`]: what a finished task says on GitHub — the review (event, inline comments
+//!   inside the diff safety zone, the body), the issue comment and labels, the commit status.
 //! - [`metrics`]: every scheduler metric.
 //! - [`api`]: the HTTP API over a `TaskService` (axum router).
 //! - [`webhook`]: GitHub webhook deliveries verified and read into submissions.
@@ -27,6 +29,7 @@ pub mod merge;
 pub mod metrics;
 pub mod milestone;
 pub mod pipeline;
+pub mod publication;
 pub mod result;
 pub mod service;
 pub mod task;
