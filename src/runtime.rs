@@ -19,6 +19,7 @@ use verdict_proto::wire::StageKind;
 use verdict_scheduler::engine::{CodeHostSettings, Scheduler, SchedulerDeps, SchedulerSettings};
 use verdict_scheduler::metrics::SchedulerMetrics;
 use verdict_scheduler::pipeline::{PipelineSettings, StageSettings};
+use verdict_scheduler::publication::PublishSettings;
 use verdict_worker::consumer::{Consumer, ConsumerSettings};
 use verdict_worker::executor::{ExecutorDeps, ProviderRegistry, StageExecutor};
 use verdict_worker::metrics::WorkerMetrics;
@@ -220,6 +221,15 @@ fn scheduler_settings(config: &Config) -> SchedulerSettings {
         stall_after: config.scheduler.stall_after,
         code_host: config.github.as_ref().map(|g| CodeHostSettings {
             web_host: g.web_host.clone(),
+            publish: PublishSettings {
+                language: config.language,
+                approve: g.approve,
+                degraded_comment: g.degraded_comment,
+                status_context: g.status_context.clone(),
+                details_url: g.details_url.clone(),
+                label_min_confidence: g.label_min_confidence,
+            },
+            apply_labels: g.apply_labels,
         }),
     }
 }

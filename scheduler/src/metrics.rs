@@ -28,6 +28,9 @@ pub struct SchedulerMetrics {
     /// merged-away finding and the model that answered there (`unknown` when its result did not
     /// say). A model whose findings often merge is repeating what was already said.
     pub findings_merged: IntCounterVec,
+    /// `verdict_publications_total{kind, outcome}`: publication attempts to GitHub by task kind
+    /// and how they ended (published, nothing, stale, failed, retry).
+    pub publications: IntCounterVec,
 }
 
 impl SchedulerMetrics {
@@ -84,6 +87,13 @@ impl SchedulerMetrics {
                 ),
                 &["stage", "model"],
             )?,
+            publications: IntCounterVec::new(
+                Opts::new(
+                    "verdict_publications_total",
+                    "Publication attempts to the code host, by task kind and outcome (published, nothing, stale, failed, retry).",
+                ),
+                &["kind", "outcome"],
+            )?,
         };
         registry.register(Box::new(m.submitted.clone()))?;
         registry.register(Box::new(m.finished.clone()))?;
@@ -94,6 +104,7 @@ impl SchedulerMetrics {
         registry.register(Box::new(m.dead_letters.clone()))?;
         registry.register(Box::new(m.conflicts.clone()))?;
         registry.register(Box::new(m.findings_merged.clone()))?;
+        registry.register(Box::new(m.publications.clone()))?;
         Ok(m)
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::task::TaskTracker;
 use verdict_backends::BoxFuture;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::broker::{Broker, Delivery, Message, Route};
@@ -32,6 +33,22 @@ pub(super) const STALL_AFTER: Duration = Duration::from_secs(30);
 /// One file changed by one added line.
 pub(super) const DIFF: &str = "diff --git a/src/cart.rs b/src/cart.rs\n--- a/src/cart.rs\n+++ b/src/cart.rs\n@@ -1,2 +1,3 @@\n fn total() {\n+    apply_coupon();\n }\n";
 
+/// GitHub at `github.com`, publishing in English with approvals allowed and labels applied.
+pub(super) fn code_host() -> super::CodeHostSettings {
+    super::CodeHostSettings {
+        web_host: "github.com".to_owned(),
+        publish: crate::publication::PublishSettings {
+            language: Language::En,
+            approve: true,
+            degraded_comment: false,
+            status_context: "verdict".to_owned(),
+            details_url: Some("https://verdict.example/v1/tasks/{id}".to_owned()),
+            label_min_confidence: 0.7,
+        },
+        apply_labels: true,
+    }
+}
+
 pub(super) struct Fixture {
     pub broker: Arc<MemoryBroker>,
     pub store: Arc<MemoryStore>,
@@ -40,6 +57,8 @@ pub(super) struct Fixture {
     pub deps: SchedulerDeps,
     pub settings: SchedulerSettings,
     pub parts: Parts,
+    /// Where the parts run what they start in the background (publications).
+    pub background: TaskTracker,
 }
 
 impl Fixture {
@@ -81,12 +100,12 @@ impl Fixture {
             message_max_bytes: 1 << 20,
             sweep_interval: Duration::from_secs(10),
             stall_after: STALL_AFTER,
-            code_host: Some(super::CodeHostSettings {
-                web_host: "github.com".to_owned(),
-            }),
+            code_host: Some(code_host()),
         };
+        let background = TaskTracker::new();
         Fixture {
-            parts: Parts::assemble(&deps),
+            parts: Parts::assemble(&deps, &settings, &background),
+            background,
             broker,
             store,
             repositories,
@@ -200,6 +219,13 @@ impl Fixture {
             .await
             .unwrap()
             .task
+    }
+
+    /// Waits until everything the parts started in the background has finished.
+    pub async fn settle(&self) {
+        self.background.close();
+        self.background.wait().await;
+        self.background.reopen();
     }
 
     pub async fn load(&self, id: &str) -> TaskRecord {

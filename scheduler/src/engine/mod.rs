@@ -21,7 +21,10 @@
 //! - [`outbox`]: planned stages published and marked dispatched.
 //! - [`results`]: a stage result from a worker decoded and applied; acknowledged, requeued or
 //!   dead-lettered.
-//! - [`sweeper`]: what a crashed replica left: intakes restarted, planned stages republished.
+//! - [`publish`]: a finished task's outcome posted to its pull request or issue, and its commit
+//!   status, each attempt safe to repeat.
+//! - [`sweeper`]: what a crashed replica left: intakes restarted, planned stages republished,
+//!   publications retried.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +46,7 @@ mod facade;
 mod intake;
 mod outbox;
 mod progress;
+mod publish;
 mod records;
 mod results;
 mod submission;
@@ -55,6 +59,7 @@ use facade::Service;
 use intake::Intake;
 use outbox::Outbox;
 use progress::Progress;
+use publish::Publication;
 use records::TaskRecords;
 use results::Results;
 use sweeper::Sweeper;
@@ -98,10 +103,14 @@ pub struct SchedulerSettings {
 }
 
 /// What the scheduler knows of the configured code host (GitHub or GitHub Enterprise).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CodeHostSettings {
     /// The web host pull-request and issue URLs must name (`github.com`, `ghe.example.com`).
     pub web_host: String,
+    /// How results are written there.
+    pub publish: crate::publication::PublishSettings,
+    /// Apply the labels an issue analysis suggests (only those the repository defines).
+    pub apply_labels: bool,
 }
 
 /// The scheduler; cheap to clone (everything inside is shared).
@@ -127,21 +136,35 @@ struct Parts {
     records: TaskRecords,
     progress: Progress,
     outbox: Outbox,
+    publication: Publication,
     transitions: Transitions,
     intake: Intake,
 }
 
 impl Parts {
-    fn assemble(deps: &SchedulerDeps) -> Parts {
+    /// The parts; `background` runs what they start and must not wait for (publications).
+    fn assemble(
+        deps: &SchedulerDeps,
+        settings: &SchedulerSettings,
+        background: &TaskTracker,
+    ) -> Parts {
         let records = TaskRecords::new(deps);
         let progress = Progress::new(deps);
         let outbox = Outbox::new(deps, &records);
-        let transitions = Transitions::new(deps, &records, &progress, &outbox);
+        let publication = Publication::new(
+            deps,
+            settings.code_host.clone(),
+            &records,
+            &progress,
+            background,
+        );
+        let transitions = Transitions::new(deps, &records, &progress, &outbox, &publication);
         let intake = Intake::new(deps, &records, &transitions);
         Parts {
             records,
             progress,
             outbox,
+            publication,
             transitions,
             intake,
         }
@@ -150,8 +173,8 @@ impl Parts {
 
 impl Scheduler {
     pub fn new(deps: SchedulerDeps, settings: SchedulerSettings) -> Scheduler {
-        let parts = Parts::assemble(&deps);
         let background = TaskTracker::new();
+        let parts = Parts::assemble(&deps, &settings, &background);
         Scheduler {
             inner: Arc::new(Inner {
                 service: Service::new(&deps, &settings, &parts, &background),

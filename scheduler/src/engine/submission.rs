@@ -373,9 +373,7 @@ mod tests {
             },
             language: Language::En,
             review_timeout: Duration::from_secs(600),
-            code_host: Some(CodeHostSettings {
-                web_host: "github.com".to_owned(),
-            }),
+            code_host: Some(crate::engine::fixture::code_host()),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The sweeper: what a crashed replica left behind, taken over by any replica. Queued tasks whose
-//! intake never finished are started again, stages left `planned` are published again, and ended
-//! tasks still listed as active are taken off the index (decision 32).
+//! intake never finished are started again, stages left `planned` are published again, ended
+//! tasks whose publication is due are published (in the background), and ended tasks still listed
+//! as active are taken off the index (decision 32).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,16 +11,20 @@ use verdict_backends::clock::Clock;
 
 use super::intake::Intake;
 use super::outbox::Outbox;
+use super::publish::Publication;
 use super::records::TaskRecords;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
 use crate::document::TaskState;
-use crate::task::{StageStatus, TaskRecord};
+use crate::task::{PublicationState, StageStatus, TaskRecord};
 
 /// What the sweeper does about one active task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Chore {
     /// It ended: take it off the active index.
     Retire,
+    /// It ended and its publication is due (never started, failed retryably, or its claim
+    /// lapsed): try again.
+    Publish,
     /// Still queued long after submission: run its intake again.
     Restart,
     /// These stages are still planned long after being written: publish them again.
@@ -32,7 +37,19 @@ pub(super) enum Chore {
 /// moved on since is stalled.
 pub(super) fn chore(task: &TaskRecord, now: u64, stall_after_ms: u64) -> Chore {
     if task.state.is_terminal() {
-        return Chore::Retire;
+        return match &task.publication {
+            Some(p) if p.state == PublicationState::Pending => {
+                // A publication started by the replica that ended the task gets `stall_after` to
+                // claim it before the sweeper steps in.
+                let ended = task.finished_unix_ms.unwrap_or(0);
+                if super::publish::due(p, now) && now.saturating_sub(ended) > stall_after_ms {
+                    Chore::Publish
+                } else {
+                    Chore::Nothing
+                }
+            }
+            _ => Chore::Retire,
+        };
     }
     if task.state == TaskState::Queued && now.saturating_sub(task.created_unix_ms) > stall_after_ms
     {
@@ -60,6 +77,7 @@ pub(super) struct Sweeper {
     records: TaskRecords,
     intake: Intake,
     outbox: Outbox,
+    publication: Publication,
     clock: Arc<dyn Clock>,
     stall_after: Duration,
     active: IntGauge,
@@ -71,6 +89,7 @@ impl Sweeper {
             records: parts.records.clone(),
             intake: parts.intake.clone(),
             outbox: parts.outbox.clone(),
+            publication: parts.publication.clone(),
             clock: deps.clock.clone(),
             stall_after: settings.stall_after,
             active: deps.metrics.active.clone(),
@@ -98,6 +117,7 @@ impl Sweeper {
                 Chore::Retire => {
                     let _ = self.records.retire(&id).await;
                 }
+                Chore::Publish => self.publication.spawn(&id),
                 Chore::Restart => self.intake.start(&id).await,
                 Chore::Republish(stages) => self.outbox.dispatch(&id, &stages).await,
                 Chore::Nothing => {}

@@ -8,6 +8,7 @@ use verdict_proto::wire::EventType;
 use super::SchedulerDeps;
 use super::outbox::Outbox;
 use super::progress::Progress;
+use super::publish::Publication;
 use super::records::{TaskRecords, Updated};
 use crate::metrics;
 use crate::pipeline::Effects;
@@ -20,6 +21,7 @@ pub(super) struct Transitions {
     records: TaskRecords,
     progress: Progress,
     outbox: Outbox,
+    publication: Publication,
     finished: IntCounterVec,
     triage_fallbacks: IntCounter,
     findings_merged: IntCounterVec,
@@ -31,11 +33,13 @@ impl Transitions {
         records: &TaskRecords,
         progress: &Progress,
         outbox: &Outbox,
+        publication: &Publication,
     ) -> Transitions {
         Transitions {
             records: records.clone(),
             progress: progress.clone(),
             outbox: outbox.clone(),
+            publication: publication.clone(),
             finished: deps.metrics.finished.clone(),
             triage_fallbacks: deps.metrics.triage_fallbacks.clone(),
             findings_merged: deps.metrics.findings_merged.clone(),
@@ -77,10 +81,21 @@ impl Transitions {
             self.finished
                 .with_label_values(&[metrics::task_kind_label(task.pipeline), task.state.as_str()])
                 .inc();
-            if let Err(e) = self.records.retire(&task.id).await {
+            tracing::info!(task = %task.id, state = task.state.as_str(), "task finished");
+            if task.publication.is_some() {
+                // It stays on the active index until its publication settles (the sweeper
+                // retries what this replica does not finish).
+                self.publication.spawn(&task.id);
+            } else if let Err(e) = self.records.retire(&task.id).await {
                 tracing::warn!(error = %e, "active-task index not updated");
             }
-            tracing::info!(task = %task.id, state = task.state.as_str(), "task finished");
+        }
+        let started = effects
+            .events
+            .iter()
+            .any(|d| d.kind == EventType::TaskStarted);
+        if started && task.github.as_ref().is_some_and(|g| g.publish) {
+            self.publication.spawn_started(task);
         }
         if !effects.planned.is_empty() {
             self.outbox.dispatch(&task.id, &effects.planned).await;
