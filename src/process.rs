@@ -13,6 +13,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 use verdict::config::Config;
+use verdict_scheduler::api::webhooks::GitHubWebhooks;
 
 /// Loads and validates the configuration (file or embedded default, plus `VERDICT_*`
 /// overrides), logging its warnings.
@@ -108,4 +109,19 @@ impl Ready {
     pub fn get(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
+}
+
+/// GitHub webhook intake as `[github]` configures it: served only with a webhook secret.
+pub fn webhooks(config: &Config) -> Option<GitHubWebhooks> {
+    let github = config.github.as_ref()?;
+    let Some(secret) = github.webhook_secret.clone() else {
+        tracing::info!(
+            "github.webhook_secret_env and webhook_secret_file are unset: POST /v1/webhooks/github is not served"
+        );
+        return None;
+    };
+    Some(GitHubWebhooks {
+        secret,
+        policy: github.policy.clone(),
+    })
 }

@@ -97,7 +97,7 @@ async fn dev(args: Args) -> anyhow::Result<ExitCode> {
     let pool = DevPool::start(&config, providers, repositories, None, args.workers)?;
     let code = match args.command {
         Some(DevCommand::Review(review)) => run_review(&pool, review).await,
-        None => serve(&pool, args.listen).await,
+        None => serve(&pool, &config, args.listen).await,
     };
     pool.stop().await;
     code
@@ -159,13 +159,22 @@ async fn run_review(pool: &DevPool, args: ReviewArgs) -> anyhow::Result<ExitCode
     Ok(crate::commands::exit_for_state(doc.state))
 }
 
-async fn serve(pool: &DevPool, listen: std::net::SocketAddr) -> anyhow::Result<ExitCode> {
+async fn serve(
+    pool: &DevPool,
+    config: &verdict::config::Config,
+    listen: std::net::SocketAddr,
+) -> anyhow::Result<ExitCode> {
     let shutdown = process::shutdown_on_signal();
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listen on {listen} (--listen)"))?;
     let addr = listener.local_addr()?;
-    let app = api::router(pool.service(), ApiAuth::disabled(), pool.registry.clone());
+    let app = api::router_with_webhooks(
+        pool.service(),
+        ApiAuth::disabled(),
+        pool.registry.clone(),
+        process::webhooks(config),
+    );
     crate::commands::print(&format!(
         "verdict dev: API on http://{addr} (no token; loopback only). Ctrl-C to stop.\n"
     ))?;

@@ -55,10 +55,12 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("listen on {} (api.listen)", config.api.listen))?;
     let addr = listener.local_addr()?;
-    let app = api::router(
+    let webhooks = process::webhooks(&config);
+    let app = api::router_with_webhooks(
         Arc::new(scheduler.clone()),
         auth,
         assembly.registry().clone(),
+        webhooks,
     );
     tracing::info!(%addr, "SchedulerListening");
     // Scripts and tests read the bound address (api.listen may use port 0).
