@@ -364,6 +364,14 @@ impl Publisher for MemoryPublisher {
     fn labels<'a>(&'a self, repo: &'a RepoId) -> BoxFuture<'a, Result<Vec<String>, PublishError>> {
         Box::pin(async move {
             let state = self.begin()?;
+            // As on GitHub, a repository nobody told this host about does not exist.
+            let known =
+                state.repo_labels.contains_key(repo) || state.items.keys().any(|(r, _)| r == repo);
+            if !known {
+                return Err(PublishError::NotFound {
+                    what: format!("repository {repo}"),
+                });
+            }
             Ok(state.repo_labels.get(repo).cloned().unwrap_or_default())
         })
     }
@@ -386,6 +394,18 @@ impl Publisher for MemoryPublisher {
                 }
             }
             if let Some(entry) = state.items.get_mut(&key(item)) {
+                // What the item shows when read again, as on GitHub.
+                let shown = [
+                    entry.pull.as_mut().map(|p| &mut p.labels),
+                    entry.issue.as_mut().map(|i| &mut i.labels),
+                ];
+                for list in shown.into_iter().flatten() {
+                    for label in labels {
+                        if !list.contains(label) {
+                            list.push(label.clone());
+                        }
+                    }
+                }
                 for label in labels {
                     if !entry.labels.contains(label) {
                         entry.labels.push(label.clone());
