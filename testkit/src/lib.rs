@@ -1,6 +1,7 @@
 //! Test and benchmark kit for verdict: a fake LLM provider server speaking the OpenAI
 //! chat-completions and Anthropic Messages wire formats, scripted per model, recording every
-//! request. Tests and benchmarks exercise the real provider clients over real HTTP with it.
+//! request, and a fake GitHub speaking its REST API. Tests and benchmarks exercise the real
+//! provider and GitHub clients over real HTTP with them.
 //!
 //! # Layout
 //! - [`script`]: what the fake answers — [`Behaviour`]s (text, fences, truncation, tool calls,
@@ -10,6 +11,9 @@
 //! - [`scenario`]: the end-to-end scenarios' configuration, stage answers and sample repository.
 //! - `wire`, `openai`, `anthropic`: the two formats — request checks as strict as the real APIs
 //!   on the fields verdict sends, response rendering and error bodies.
+//! - [`github`]: [`FakeGitHub`], GitHub's REST API under a GitHub Enterprise-style `/api/v3`
+//!   root (pull requests, issues, reviews with GitHub's diff rules, statuses, comments, labels,
+//!   App JWTs and installation tokens, pagination, faults), and signed webhook payloads.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -28,12 +32,14 @@
 //! ```
 
 mod anthropic;
+pub mod github;
 mod openai;
 pub mod record;
 pub mod script;
 pub mod server;
 mod wire;
 
+pub use github::FakeGitHub;
 pub use record::{RecordedRequest, WaitTimeout};
 pub use script::{Behaviour, Finish, Latency, Reply, Script, ScriptedToolCall, ToolArguments};
 pub use server::FakeProvider;
