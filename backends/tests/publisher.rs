@@ -21,15 +21,25 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
-use std::sync::Arc;
+mod support;
 
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use verdict_backends::publish::github::{GitHubAuth, GitHubConfig, GitHubPublisher};
 use verdict_backends::publish::{
     Author, Issue, ItemState, MemoryPublisher, PublishError, Publisher, PullRequest,
 };
+use verdict_backends::secret::Secret;
 use verdict_proto::publication::{
     CommitState, DraftComment, ItemKind, ItemRef, RepoId, ReviewDraft, ReviewEvent, StatusDraft,
     fingerprint_marker, marker,
 };
+use verdict_testkit::github::{
+    AuthKind, FakeGitHub, FakeIssue, FakePullRequest, GitHubRequest, TEST_APP_PRIVATE_KEY, app_jwt,
+};
+
+use support::wait::within;
 
 // ---------------------------------------------------------------------------------------------
 // What the suite seeds, the same for every backend
@@ -79,6 +89,12 @@ index 0000000..4444444
 +fn n() {}
 +fn m() {}
 ";
+
+/// The GitHub App the conformance run authenticates as, and its installation on acme/shop.
+const APP_ID: u64 = 42;
+const INSTALLATION_ID: u64 = 4242;
+/// A personal access token the fake accepts (the GitHub-only token tests).
+const PAT: &str = "ghp_conformanceSuiteToken0123456789abcd";
 
 fn repo() -> RepoId {
     RepoId {
@@ -176,6 +192,7 @@ struct SeenStatus {
 
 enum Backend {
     Memory(Arc<MemoryPublisher>),
+    GitHub(FakeGitHub),
 }
 
 struct Harness {
@@ -189,6 +206,23 @@ impl Harness {
         Harness {
             publisher: memory.clone(),
             backend: Backend::Memory(memory),
+        }
+    }
+
+    /// `GitHubPublisher` authenticated as the App installed on acme/shop, against a fresh fake.
+    async fn github() -> Harness {
+        let fake = github_fake().await;
+        let publisher = Arc::new(GitHubPublisher::new(app_config(&fake)).unwrap());
+        Harness {
+            publisher,
+            backend: Backend::GitHub(fake),
+        }
+    }
+
+    fn fake(&self) -> &FakeGitHub {
+        match &self.backend {
+            Backend::GitHub(fake) => fake,
+            Backend::Memory(_) => panic!("a GitHub-only check ran on memory"),
         }
     }
 
@@ -223,12 +257,26 @@ impl Harness {
                 };
                 memory.add_pull_request(pull, DIFF);
             }
+            Backend::GitHub(fake) => fake.add_pull_request(FakePullRequest {
+                title: seed.title.clone(),
+                body: seed.body.clone(),
+                draft: seed.draft,
+                state: seed.state.to_owned(),
+                merged: seed.merged,
+                author: seed.author.clone(),
+                author_is_bot: seed.bot,
+                labels: seed.labels.clone(),
+                base_ref: "main".to_owned(),
+                head_ref: "feature".to_owned(),
+                ..FakePullRequest::new(OWNER, REPO, seed.number, BASE_SHA, HEAD_SHA, DIFF)
+            }),
         }
     }
 
     fn push(&self, number: u64, head_sha: &str, diff: &str) {
         match &self.backend {
             Backend::Memory(memory) => memory.push(&item(number), head_sha, diff),
+            Backend::GitHub(fake) => fake.push(OWNER, REPO, number, head_sha, diff),
         }
     }
 
@@ -251,21 +299,32 @@ impl Harness {
                 clone_url: CLONE_URL.to_owned(),
                 html_url: format!("memory://{OWNER}/{REPO}/issues/{}", seed.number),
             }),
+            Backend::GitHub(fake) => fake.add_issue(FakeIssue {
+                title: seed.title.clone(),
+                body: seed.body.clone(),
+                author: seed.author.clone(),
+                author_is_bot: seed.bot,
+                labels: seed.labels.clone(),
+                state: seed.state.to_owned(),
+                ..FakeIssue::new(OWNER, REPO, seed.number)
+            }),
         }
     }
 
     fn define_labels(&self, labels: &[&str]) {
         match &self.backend {
             Backend::Memory(memory) => memory.define_labels(&repo(), labels),
+            Backend::GitHub(fake) => fake.define_labels(OWNER, REPO, labels),
         }
     }
 
     /// A pending review left on the pull request by verdict's own account (a probe that was
     /// interrupted, say), with `body` and one inline comment with `comment_body`. The memory
     /// host has no pending reviews: for it this leaves nothing.
-    async fn leave_pending_review(&self, _number: u64, _body: &str, _comment_body: &str) {
+    async fn leave_pending_review(&self, number: u64, body: &str, comment_body: &str) {
         match &self.backend {
             Backend::Memory(_) => {}
+            Backend::GitHub(fake) => leave_pending_review(fake, number, body, comment_body).await,
         }
     }
 
@@ -287,13 +346,39 @@ impl Harness {
                         .collect(),
                 })
                 .collect(),
+            Backend::GitHub(fake) => fake
+                .reviews(OWNER, REPO, number)
+                .into_iter()
+                .filter(|r| r.state != "PENDING")
+                .map(|r| SeenReview {
+                    event: match r.state.as_str() {
+                        "APPROVED" => "APPROVE",
+                        "CHANGES_REQUESTED" => "REQUEST_CHANGES",
+                        "COMMENTED" => "COMMENT",
+                        other => panic!("unexpected review state {other}"),
+                    }
+                    .to_owned(),
+                    body: r.body,
+                    commit_id: r.commit_id,
+                    comments: r
+                        .comments
+                        .into_iter()
+                        .map(|c| (c.path, c.start_line, c.line, c.body))
+                        .collect(),
+                })
+                .collect(),
         }
     }
 
     /// How many pending reviews the pull request has.
-    fn pending_reviews(&self, _number: u64) -> usize {
+    fn pending_reviews(&self, number: u64) -> usize {
         match &self.backend {
             Backend::Memory(_) => 0,
+            Backend::GitHub(fake) => fake
+                .reviews(OWNER, REPO, number)
+                .iter()
+                .filter(|r| r.state == "PENDING")
+                .count(),
         }
     }
 
@@ -310,6 +395,16 @@ impl Harness {
                     target_url: s.target_url,
                 })
                 .collect(),
+            Backend::GitHub(fake) => fake
+                .statuses(OWNER, REPO, sha)
+                .into_iter()
+                .map(|s| SeenStatus {
+                    state: s.state,
+                    description: s.description.unwrap_or_default(),
+                    context: s.context,
+                    target_url: s.target_url,
+                })
+                .collect(),
         }
     }
 
@@ -321,8 +416,81 @@ impl Harness {
                 .into_iter()
                 .map(|c| c.body)
                 .collect(),
+            Backend::GitHub(fake) => fake
+                .issue_comments(OWNER, REPO, number)
+                .into_iter()
+                .map(|c| c.body)
+                .collect(),
         }
     }
+}
+
+/// A fake GitHub with acme/shop, verdict's App installed on it, and [`PAT`] accepted.
+async fn github_fake() -> FakeGitHub {
+    let fake = FakeGitHub::start().await;
+    fake.add_repository(OWNER, REPO, CLONE_URL);
+    fake.install_app(
+        APP_ID,
+        TEST_APP_PRIVATE_KEY,
+        INSTALLATION_ID,
+        &[(OWNER, REPO)],
+    );
+    fake.accept_token(PAT);
+    fake
+}
+
+fn app_config(fake: &FakeGitHub) -> GitHubConfig {
+    GitHubConfig::new(
+        fake.api_url(),
+        GitHubAuth::App {
+            app_id: APP_ID,
+            private_key_pem: Secret::new(TEST_APP_PRIVATE_KEY),
+        },
+    )
+}
+
+fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// A pending review by verdict's own account (the App's installation), made over the wire as an
+/// interrupted probe would have left it.
+async fn leave_pending_review(fake: &FakeGitHub, number: u64, body: &str, comment_body: &str) {
+    let api = fake.api_url();
+    let issued: serde_json::Value = http()
+        .post(format!(
+            "{api}/app/installations/{INSTALLATION_ID}/access_tokens"
+        ))
+        .bearer_auth(app_jwt(APP_ID, TEST_APP_PRIVATE_KEY))
+        .header("user-agent", "conformance-suite")
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = issued["token"].as_str().unwrap();
+    let created: serde_json::Value = http()
+        .post(format!("{api}/repos/{OWNER}/{REPO}/pulls/{number}/reviews"))
+        .bearer_auth(token)
+        .header("user-agent", "conformance-suite")
+        .json(&serde_json::json!({
+            "commit_id": HEAD_SHA,
+            "body": body,
+            "comments": [{"path": "src/lib.rs", "line": 2, "side": "RIGHT", "body": comment_body}],
+        }))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(created["state"], "PENDING", "{created}");
 }
 
 macro_rules! on_every_publisher {
@@ -331,6 +499,12 @@ macro_rules! on_every_publisher {
             #[tokio::test]
             async fn memory() {
                 let harness = super::Harness::memory();
+                super::$check(&harness).await;
+            }
+
+            #[tokio::test]
+            async fn github() {
+                let harness = super::Harness::github().await;
                 super::$check(&harness).await;
             }
         }
@@ -840,4 +1014,478 @@ async fn labels_are_listed_and_applied_and_new_ones_created(h: &Harness) {
 
     p.add_labels(&item(7), &["ui".to_owned()]).await.unwrap();
     assert_eq!(p.pull_request(&item(7)).await.unwrap().labels, ["ui"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// GitHub only: authentication, the wire, failures
+
+/// A `GitHubPublisher` on `fake` with `auth` and `timeout`.
+fn publisher(fake: &FakeGitHub, auth: GitHubAuth, timeout: Duration) -> GitHubPublisher {
+    GitHubPublisher::new(GitHubConfig {
+        timeout,
+        ..GitHubConfig::new(fake.api_url(), auth)
+    })
+    .unwrap()
+}
+
+fn pat() -> GitHubAuth {
+    GitHubAuth::Token(Secret::new(PAT))
+}
+
+fn requests_to(fake: &FakeGitHub, method: &str, path: &str) -> Vec<GitHubRequest> {
+    fake.requests()
+        .into_iter()
+        .filter(|r| r.method == method && r.path == path)
+        .collect()
+}
+
+const PULL_7: &str = "/repos/acme/shop/pulls/7";
+const LOOKUP: &str = "/repos/acme/shop/installation";
+const EXCHANGE: &str = "/app/installations/4242/access_tokens";
+
+#[tokio::test]
+async fn the_app_jwt_only_finds_the_installation_and_gets_one_token_for_many_calls() {
+    let h = Harness::github().await;
+    h.add_pull_request(&PullSeed::new(7));
+    h.add_issue(&IssueSeed::new(3));
+    h.define_labels(&["bug"]);
+    // Many callers at once share one lookup and one exchange.
+    let p = h.publisher.clone();
+    let calls = (0..8).map(|_| {
+        let p = p.clone();
+        tokio::spawn(async move { p.pull_request(&item(7)).await })
+    });
+    for call in calls {
+        within("a pull request read", call).await.unwrap().unwrap();
+    }
+    for _ in 0..3 {
+        h.publisher().issue(&item(3)).await.unwrap();
+        h.publisher().labels(&repo()).await.unwrap();
+        h.publisher()
+            .posted(&item(7), ItemKind::PullRequest)
+            .await
+            .unwrap();
+    }
+    let fake = h.fake();
+    assert_eq!(fake.tokens_issued(), 1);
+    let requests = fake.requests();
+    let jwt: Vec<(&str, &str)> = requests
+        .iter()
+        .filter(|r| r.auth == AuthKind::Jwt)
+        .map(|r| (r.method.as_str(), r.path.as_str()))
+        .collect();
+    assert_eq!(jwt, [("GET", LOOKUP), ("POST", EXCHANGE)]);
+    let others: Vec<&GitHubRequest> = requests
+        .iter()
+        .filter(|r| r.auth != AuthKind::Jwt)
+        .collect();
+    assert!(others.len() > 20, "{}", others.len());
+    let token = others[0].token.clone().unwrap();
+    assert!(token.starts_with("ghs_"), "an installation token");
+    for r in others {
+        assert_eq!(r.auth, AuthKind::Installation, "{} {}", r.method, r.path);
+        assert_eq!(r.token.as_deref(), Some(token.as_str()), "the same token");
+    }
+}
+
+#[tokio::test]
+async fn an_installation_token_near_its_expiry_is_replaced() {
+    let fake = github_fake().await;
+    fake.add_pull_request(FakePullRequest::new(
+        OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
+    ));
+    let p = GitHubPublisher::new(app_config(&fake)).unwrap();
+    // Tokens living less than the five minutes of margin are never reused.
+    fake.set_token_lifetime(Duration::from_secs(4 * 60));
+    p.pull_request(&item(7)).await.unwrap();
+    p.pull_request(&item(7)).await.unwrap();
+    assert_eq!(fake.tokens_issued(), 2);
+    fake.set_token_lifetime(Duration::from_secs(3600));
+    p.pull_request(&item(7)).await.unwrap();
+    p.pull_request(&item(7)).await.unwrap();
+    p.pull_request(&item(7)).await.unwrap();
+    assert_eq!(fake.tokens_issued(), 3);
+    assert_eq!(
+        requests_to(&fake, "GET", LOOKUP).len(),
+        1,
+        "the installation is looked up once"
+    );
+
+    // A token GitHub stops honouring early (401) is replaced and the call made once more.
+    fake.expire_tokens();
+    let pull = p.pull_request(&item(7)).await.unwrap();
+    assert_eq!(pull.head_sha, HEAD_SHA);
+    assert_eq!(fake.tokens_issued(), 4);
+    let reads = requests_to(&fake, "GET", PULL_7);
+    let last_two: Vec<AuthKind> = reads[reads.len() - 2..].iter().map(|r| r.auth).collect();
+    assert_eq!(last_two, [AuthKind::Installation, AuthKind::Installation]);
+    assert_ne!(reads[reads.len() - 2].token, reads[reads.len() - 1].token);
+}
+
+#[tokio::test]
+async fn an_app_not_installed_on_the_repository_is_not_found_and_says_so() {
+    let fake = github_fake().await;
+    fake.add_repository(OWNER, "elsewhere", "/srv/repos/acme/elsewhere");
+    let p = GitHubPublisher::new(app_config(&fake)).unwrap();
+    let elsewhere = ItemRef {
+        repo: RepoId {
+            owner: OWNER.to_owned(),
+            name: "elsewhere".to_owned(),
+        },
+        number: 1,
+    };
+    let e = p.pull_request(&elsewhere).await.unwrap_err();
+    assert!(matches!(e, PublishError::NotFound { .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(text.contains("GitHub App 42 on acme/elsewhere"), "{text}");
+    assert!(text.contains("is installed on the repository"), "{text}");
+    assert_eq!(fake.tokens_issued(), 0);
+}
+
+#[tokio::test]
+async fn a_personal_token_is_used_as_is() {
+    let fake = github_fake().await;
+    fake.add_pull_request(FakePullRequest::new(
+        OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
+    ));
+    let p = publisher(&fake, pat(), Duration::from_secs(10));
+    let pull = p.pull_request(&item(7)).await.unwrap();
+    assert_eq!(pull.head_sha, HEAD_SHA);
+    p.create_comment(&item(7), "hello").await.unwrap();
+    assert_eq!(fake.tokens_issued(), 0);
+    for r in fake.requests() {
+        assert_eq!(r.auth, AuthKind::Token, "{} {}", r.method, r.path);
+        assert_eq!(r.token.as_deref(), Some(PAT));
+    }
+    assert_eq!(fake.issue_comments(OWNER, REPO, 7)[0].user, "fake-user");
+
+    let wrong = publisher(
+        &fake,
+        GitHubAuth::Token(Secret::new("ghp_notAcceptedAnywhere0123456789abcdef")),
+        Duration::from_secs(10),
+    );
+    let e = wrong.pull_request(&item(7)).await.unwrap_err();
+    assert!(
+        matches!(e, PublishError::Denied { status: 401, .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("Bad credentials"), "{e}");
+}
+
+#[tokio::test]
+async fn the_enterprise_base_path_is_kept_and_the_user_agent_is_verdicts() {
+    let fake = github_fake().await;
+    fake.add_pull_request(FakePullRequest::new(
+        OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
+    ));
+    // 150 labels: the second page comes from GitHub's absolute `Link` URL.
+    let many: Vec<String> = (0..150).map(|i| format!("label-{i:03}")).collect();
+    fake.define_labels(
+        OWNER,
+        REPO,
+        &many.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let slash =
+        GitHubPublisher::new(GitHubConfig::new(format!("{}/", fake.api_url()), pat())).unwrap();
+    assert!(fake.api_url().ends_with("/api/v3"));
+    slash.pull_request(&item(7)).await.unwrap();
+    let mut labels = slash.labels(&repo()).await.unwrap();
+    labels.sort();
+    assert_eq!(labels, many, "every page");
+    let app = GitHubPublisher::new(app_config(&fake)).unwrap();
+    app.pull_request(&item(7)).await.unwrap();
+
+    let requests = fake.requests();
+    let label_pages: Vec<Option<String>> = requests
+        .iter()
+        .filter(|r| r.path == "/repos/acme/shop/labels")
+        .map(|r| r.query.clone())
+        .collect();
+    assert_eq!(label_pages.len(), 2, "{label_pages:?}");
+    for r in &requests {
+        assert!(r.under_api_root, "{} {} missed /api/v3", r.method, r.path);
+        let agents: Vec<&str> = r
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "user-agent")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(
+            agents,
+            [concat!("verdict/", env!("CARGO_PKG_VERSION"))],
+            "{} {}",
+            r.method,
+            r.path
+        );
+        assert_eq!(r.header("accept"), Some("application/vnd.github+json"));
+        assert_eq!(r.header("x-github-api-version"), Some("2022-11-28"));
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[tokio::test]
+async fn rate_limits_are_reported_with_their_waits_and_not_retried() {
+    let fake = github_fake().await;
+    fake.add_pull_request(FakePullRequest::new(
+        OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
+    ));
+    let p = publisher(&fake, pat(), Duration::from_secs(10));
+    let reset = (unix_now() + 90).to_string();
+    fake.fail_next_with_headers(
+        "GET",
+        PULL_7,
+        403,
+        &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", &reset)],
+        serde_json::json!({"message": "API rate limit exceeded for user ID 1.",
+            "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"}),
+    );
+    let e = p.pull_request(&item(7)).await.unwrap_err();
+    let PublishError::RateLimited {
+        retry_after,
+        message,
+    } = &e
+    else {
+        panic!("{e:?}");
+    };
+    let wait = retry_after.unwrap();
+    assert!(
+        wait <= Duration::from_secs(90) && wait >= Duration::from_secs(80),
+        "{wait:?}"
+    );
+    assert!(message.contains("rate limit exceeded"), "{message}");
+    assert!(e.retryable());
+
+    fake.fail_next_with_headers(
+        "GET",
+        PULL_7,
+        429,
+        &[("retry-after", "17")],
+        serde_json::json!({"message": "You have exceeded a secondary rate limit."}),
+    );
+    let e = p.pull_request(&item(7)).await.unwrap_err();
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(17)), "{e:?}");
+
+    // A 403 with retry-after is GitHub's secondary limit too; one without is permissions.
+    fake.fail_next_with_headers(
+        "POST",
+        "/repos/acme/shop/issues/7/comments",
+        403,
+        &[("retry-after", "5")],
+        serde_json::json!({"message": "You have exceeded a secondary rate limit."}),
+    );
+    let e = p.create_comment(&item(7), "x").await.unwrap_err();
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(5)), "{e:?}");
+    fake.fail_next(
+        "POST",
+        "/repos/acme/shop/issues/7/comments",
+        403,
+        serde_json::json!({"message": "Resource not accessible by integration"}),
+    );
+    let e = p.create_comment(&item(7), "x").await.unwrap_err();
+    assert!(
+        matches!(e, PublishError::Denied { status: 403, .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("Resource not accessible"), "{e}");
+
+    assert_eq!(requests_to(&fake, "GET", PULL_7).len(), 2, "no retry");
+    assert!(fake.issue_comments(OWNER, REPO, 7).is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_read_is_retried_and_a_failed_write_is_not() {
+    let fake = github_fake().await;
+    fake.add_pull_request(FakePullRequest::new(
+        OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
+    ));
+    let p = publisher(&fake, pat(), Duration::from_secs(10));
+    fake.fail_next(
+        "GET",
+        PULL_7,
+        502,
+        serde_json::json!({"message": "Server Error"}),
+    );
+    let pull = p.pull_request(&item(7)).await.unwrap();
+    assert_eq!(pull.head_sha, HEAD_SHA);
+    assert_eq!(requests_to(&fake, "GET", PULL_7).len(), 2);
+
+    // Three failures in a row exhaust the retries.
+    for _ in 0..3 {
+        fake.fail_next(
+            "GET",
+            PULL_7,
+            503,
+            serde_json::json!({"message": "Unavailable"}),
+        );
+    }
+    let e = p.pull_request(&item(7)).await.unwrap_err();
+    assert!(matches!(e, PublishError::Unavailable { .. }), "{e:?}");
+    assert_eq!(requests_to(&fake, "GET", PULL_7).len(), 5);
+
+    let comments = "/repos/acme/shop/issues/7/comments";
+    fake.fail_next(
+        "POST",
+        comments,
+        502,
+        serde_json::json!({"message": "Server Error"}),
+    );
+    let e = p.create_comment(&item(7), "once").await.unwrap_err();
+    assert!(matches!(e, PublishError::Unavailable { .. }), "{e:?}");
+    assert!(e.retryable());
+    assert_eq!(
+        requests_to(&fake, "POST", comments).len(),
+        1,
+        "a write is not retried"
+    );
+}
+
+#[tokio::test]
+async fn a_hanging_endpoint_is_unavailable_within_the_timeout() {
+    let fake = github_fake().await;
+    fake.add_pull_request(FakePullRequest::new(
+        OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
+    ));
+    let p = publisher(&fake, pat(), Duration::from_millis(300));
+    fake.hang("GET", PULL_7);
+    fake.hang("POST", "/repos/acme/shop/pulls/7/reviews");
+    let e = within("a read of a hanging endpoint", p.pull_request(&item(7)))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, PublishError::Unavailable { .. }), "{e:?}");
+    assert!(e.to_string().contains("pull request acme/shop#7"), "{e}");
+    let draft = review(ReviewEvent::Comment, "Hello.", vec![]);
+    let e = within(
+        "a write to a hanging endpoint",
+        p.create_review(&item(7), &draft),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, PublishError::Unavailable { .. }), "{e:?}");
+    assert_eq!(
+        requests_to(&fake, "POST", "/repos/acme/shop/pulls/7/reviews").len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_leftover_pending_review_is_deleted_before_the_review_is_posted() {
+    let h = Harness::github().await;
+    h.add_pull_request(&PullSeed::new(7));
+    h.leave_pending_review(7, "interrupted probe", "probe")
+        .await;
+    assert_eq!(h.pending_reviews(7), 1);
+    let draft = review(
+        ReviewEvent::Comment,
+        "The review.",
+        vec![comment(None, 2, "b")],
+    );
+    h.publisher().create_review(&item(7), &draft).await.unwrap();
+    assert_eq!(h.pending_reviews(7), 0);
+    assert_eq!(h.reviews(7).len(), 1);
+    let fake = h.fake();
+    let reviews = "/repos/acme/shop/pulls/7/reviews";
+    let sequence: Vec<(String, String)> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with(reviews) && r.auth == AuthKind::Installation)
+        .map(|r| (r.method, r.path))
+        .collect();
+    let pending_id = sequence[3]
+        .1
+        .trim_start_matches(&format!("{reviews}/"))
+        .to_owned();
+    assert!(pending_id.parse::<u64>().is_ok(), "{sequence:?}");
+    assert_eq!(
+        sequence[1..],
+        [
+            ("POST".to_owned(), reviews.to_owned()),
+            ("GET".to_owned(), reviews.to_owned()),
+            ("DELETE".to_owned(), format!("{reviews}/{pending_id}")),
+            ("POST".to_owned(), reviews.to_owned()),
+        ][..],
+        "the leftover's POST, then refused, cleaned up, posted: {sequence:?}"
+    );
+
+    // The probe too.
+    h.leave_pending_review(7, "another", "probe").await;
+    assert!(
+        h.publisher()
+            .accepts_comment(&item(7), HEAD_SHA, &comment(None, 2, "b"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(h.pending_reviews(7), 0);
+}
+
+#[tokio::test]
+async fn no_credential_appears_in_any_error() {
+    let fake = github_fake().await;
+    fake.add_pull_request(FakePullRequest::new(
+        OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
+    ));
+    let app = GitHubPublisher::new(app_config(&fake)).unwrap();
+    app.pull_request(&item(7)).await.unwrap();
+    let token = requests_to(&fake, "GET", PULL_7)[0].token.clone().unwrap();
+    let pat_publisher = publisher(&fake, pat(), Duration::from_millis(300));
+    let jwt_like = app_jwt(APP_ID, TEST_APP_PRIVATE_KEY);
+
+    // How many times each call asks: a 401 makes the App exchange a new token and ask once
+    // more, a 500 is retried twice, a 422 is final.
+    let mut errors = Vec::new();
+    for (status, words, app_tries, pat_tries) in [
+        (401, format!("Bad credentials: {token}"), 2, 1),
+        (422, format!("token {token} and {PAT} rejected"), 1, 1),
+        (500, format!("leaked {token} / {PAT} / {jwt_like}"), 3, 3),
+    ] {
+        let body = serde_json::json!({"message": words, "errors": [words]});
+        for _ in 0..app_tries {
+            fake.fail_next("GET", PULL_7, status, body.clone());
+        }
+        errors.push(app.pull_request(&item(7)).await.unwrap_err());
+        for _ in 0..pat_tries {
+            fake.fail_next("GET", PULL_7, status, body.clone());
+        }
+        errors.push(pat_publisher.pull_request(&item(7)).await.unwrap_err());
+    }
+    assert!(
+        errors.iter().all(|e| e.to_string().contains("[REDACTED]")),
+        "GitHub's words are shown, the credentials in them hidden: {errors:#?}"
+    );
+    app.pull_request(&item(7))
+        .await
+        .expect("every injected failure was used up by the calls above");
+    fake.hang("GET", "/repos/acme/shop/issues/3");
+    errors.push(pat_publisher.issue(&item(3)).await.unwrap_err());
+    let unknown = publisher(
+        &fake,
+        GitHubAuth::Token(Secret::new("not-a-known-token-xyz")),
+        Duration::from_secs(5),
+    );
+    errors.push(unknown.pull_request(&item(7)).await.unwrap_err());
+
+    for e in &errors {
+        for text in [e.to_string(), format!("{e:?}")] {
+            for secret in [
+                token.as_str(),
+                PAT,
+                jwt_like.as_str(),
+                "not-a-known-token-xyz",
+            ] {
+                assert!(!text.contains(secret), "{text}");
+            }
+        }
+    }
+    for p in [&app, &pat_publisher] {
+        let shown = format!("{p:?}");
+        assert!(
+            !shown.contains(PAT) && !shown.contains("PRIVATE KEY"),
+            "{shown}"
+        );
+    }
 }

@@ -15,7 +15,9 @@
 //!   write may have landed). The one exception: creating a review (or the pending review of
 //!   [`Publisher::accepts_comment`]) refused because verdict's own account already has a pending
 //!   review on the pull request deletes verdict's pending reviews there and tries once more —
-//!   a pending review is invisible to everyone else, so nothing anyone saw is lost.
+//!   a pending review is invisible to everyone else, so nothing anyone saw is lost. And an
+//!   installation token GitHub calls bad credentials (revoked early) is replaced and the call
+//!   made once more: a 401 is decided before anything is done.
 //! - Credentials never appear in errors, logs or `Debug`.
 
 use std::sync::Arc;
@@ -234,29 +236,34 @@ impl GitHubPublisher {
         }
     }
 
-    /// A call about `repo` with its credential; an installation token GitHub refuses (401:
-    /// revoked early) is dropped, so the next call exchanges a new one.
+    /// A call about `repo` with its credential. An installation token GitHub refuses as bad
+    /// credentials (401: revoked or expired before its time) is dropped and the call made once
+    /// more with a new one; that is safe for writes too, since a 401 is decided before anything
+    /// is done.
     async fn with_credential<T, F, Fut>(&self, repo: &RepoId, call: F) -> Result<T, PublishError>
     where
-        F: FnOnce(Secret) -> Fut,
+        F: Fn(Secret) -> Fut,
         Fut: Future<Output = Result<T, PublishError>>,
     {
         let credential = self.credential(repo).await?;
         let result = call(credential.clone()).await;
-        if let (Auth::App(app), Err(PublishError::Denied { status: 401, .. })) =
-            (&self.auth, &result)
-        {
-            app.invalidate(&credential).await;
+        match (&self.auth, &result) {
+            (Auth::App(app), Err(PublishError::Denied { status: 401, .. })) => {
+                app.invalidate(&credential).await;
+                let fresh = self.credential(repo).await?;
+                call(fresh).await
+            }
+            _ => result,
         }
-        result
     }
 
     async fn get_pull(&self, item: &ItemRef) -> Result<PullRequest, PublishError> {
         let what = describe("pull request", item);
         let route = format!("{}/pulls/{}", repo_route(&item.repo, &what)?, item.number);
+        let (route, what) = (&route, &what);
         let pull: wire::Pull = self
             .with_credential(&item.repo, |c| async move {
-                self.api.get(&route, &c, &what).await
+                self.api.get(route, &c, what).await
             })
             .await?;
         let clone_url =
@@ -296,11 +303,12 @@ impl GitHubPublisher {
     async fn get_issue(&self, item: &ItemRef) -> Result<Issue, PublishError> {
         let what = describe("issue", item);
         let repo_route = repo_route(&item.repo, &what)?;
+        let (repo_route, what) = (&repo_route, &what);
         let (issue, repository) = self
             .with_credential(&item.repo, |c| async move {
                 let issue: wire::Issue = self
                     .api
-                    .get(&format!("{repo_route}/issues/{}", item.number), &c, &what)
+                    .get(&format!("{repo_route}/issues/{}", item.number), &c, what)
                     .await?;
                 if issue.pull_request.is_some() {
                     return Err(PublishError::NotFound {
@@ -309,7 +317,7 @@ impl GitHubPublisher {
                 }
                 let repository: wire::Repository = self
                     .api
-                    .get(&repo_route, &c, &format!("repository {}", item.repo))
+                    .get(repo_route, &c, &format!("repository {}", item.repo))
                     .await?;
                 Ok((issue, repository))
             })
@@ -333,16 +341,17 @@ impl GitHubPublisher {
         let what = describe(kind_name(kind), item);
         let repo_route = repo_route(&item.repo, &what)?;
         let n = item.number;
+        let (repo_route, what) = (&repo_route, &what);
         self.with_credential(&item.repo, |c| async move {
             let mut bodies: Vec<(String, String)> = Vec::new();
             if kind == ItemKind::PullRequest {
                 let reviews: Vec<wire::Review> = self
                     .api
-                    .get_all(&format!("{repo_route}/pulls/{n}/reviews"), &c, &what)
+                    .get_all(&format!("{repo_route}/pulls/{n}/reviews"), &c, what)
                     .await?;
                 let comments: Vec<wire::ReviewComment> = self
                     .api
-                    .get_all(&format!("{repo_route}/pulls/{n}/comments"), &c, &what)
+                    .get_all(&format!("{repo_route}/pulls/{n}/comments"), &c, what)
                     .await?;
                 let submitted: std::collections::HashMap<u64, &str> = reviews
                     .iter()
@@ -371,7 +380,7 @@ impl GitHubPublisher {
             }
             let comments: Vec<wire::IssueComment> = self
                 .api
-                .get_all(&format!("{repo_route}/issues/{n}/comments"), &c, &what)
+                .get_all(&format!("{repo_route}/issues/{n}/comments"), &c, what)
                 .await?;
             for comment in comments {
                 bodies.push((comment.body.unwrap_or_default(), comment.html_url));
@@ -449,9 +458,10 @@ impl GitHubPublisher {
                 .map(wire::NewReviewComment::from_draft)
                 .collect(),
         };
+        let (review, what) = (&review, &what);
         let posted = self
             .with_credential(&item.repo, |c| async move {
-                self.post_review(item, &review, &c, &what).await
+                self.post_review(item, review, &c, what).await
             })
             .await?;
         Ok(PostedItem {
@@ -478,8 +488,9 @@ impl GitHubPublisher {
             repo_route(&item.repo, &what)?,
             item.number
         );
+        let (review, route, what) = (&review, &route, &what);
         self.with_credential(&item.repo, |c| async move {
-            let pending = match self.post_review(item, &review, &c, &what).await {
+            let pending = match self.post_review(item, review, &c, what).await {
                 Ok(pending) => pending,
                 Err(e) if outside_diff(&e) => return Ok(false),
                 Err(e) => return Err(e),
@@ -511,8 +522,9 @@ impl GitHubPublisher {
             context: &status.context,
             target_url: status.target_url.as_deref(),
         };
+        let (route, body, what) = (&route, &body, &what);
         self.with_credential(repo, |c| async move {
-            let _: serde::de::IgnoredAny = self.api.post(&route, &body, &c, &what).await?;
+            let _: serde::de::IgnoredAny = self.api.post(route, body, &c, what).await?;
             Ok(())
         })
         .await
@@ -525,10 +537,11 @@ impl GitHubPublisher {
             repo_route(&item.repo, &what)?,
             item.number
         );
+        let (route, what) = (&route, &what);
         let created: wire::IssueComment = self
             .with_credential(&item.repo, |c| async move {
                 self.api
-                    .post(&route, &wire::NewComment { body }, &c, &what)
+                    .post(route, &wire::NewComment { body }, &c, what)
                     .await
             })
             .await?;
@@ -541,10 +554,12 @@ impl GitHubPublisher {
     async fn list_labels(&self, repo: &RepoId) -> Result<Vec<String>, PublishError> {
         let what = format!("repository {repo}");
         let route = format!("{}/labels", repo_route(repo, &what)?);
+        let (route, what) = (&route, &what);
         let labels: Vec<wire::Label> = self
-            .with_credential(repo, |c| async move {
-                self.api.get_all(&route, &c, &what).await
-            })
+            .with_credential(
+                repo,
+                |c| async move { self.api.get_all(route, &c, what).await },
+            )
             .await?;
         Ok(labels.into_iter().map(|l| l.name).collect())
     }
@@ -556,10 +571,11 @@ impl GitHubPublisher {
             repo_route(&item.repo, &what)?,
             item.number
         );
+        let (route, what) = (&route, &what);
         self.with_credential(&item.repo, |c| async move {
             let _: serde::de::IgnoredAny = self
                 .api
-                .post(&route, &wire::NewLabels { labels }, &c, &what)
+                .post(route, &wire::NewLabels { labels }, &c, what)
                 .await?;
             Ok(())
         })
