@@ -681,6 +681,10 @@ async fn items_that_do_not_exist_are_not_found(h: &Harness) {
         "acme/shop#99",
     );
     assert_not_found(
+        p.posted(&item(3), ItemKind::PullRequest).await,
+        "acme/shop#3",
+    );
+    assert_not_found(
         p.create_review(
             &item(99),
             &review(ReviewEvent::Comment, "Looks fine.", vec![]),
@@ -972,6 +976,19 @@ async fn statuses_are_set_with_descriptions_cut_to_140_characters(h: &Harness) {
             },
         ]
     );
+    // The base is a commit of the repository too; a commit it does not have is refused.
+    let on_base = StatusDraft {
+        sha: BASE_SHA.to_owned(),
+        ..running.clone()
+    };
+    p.set_status(&repo(), &on_base).await.unwrap();
+    assert_eq!(h.statuses(BASE_SHA).len(), 1);
+    let unknown = StatusDraft {
+        sha: "5555555555555555555555555555555555555555".to_owned(),
+        ..running
+    };
+    let e = p.set_status(&repo(), &unknown).await.unwrap_err();
+    assert!(matches!(e, PublishError::Rejected { .. }), "{e:?}");
 }
 
 async fn comments_are_posted_on_issues_and_pull_requests(h: &Harness) {

@@ -246,6 +246,9 @@ impl Publisher for MemoryPublisher {
             let Some(entry) = state.items.get(&key(item)) else {
                 return Err(not_found("item", item));
             };
+            if kind == ItemKind::PullRequest && entry.pull.is_none() {
+                return Err(not_found("pull request", item));
+            }
             let reviews = entry
                 .reviews
                 .iter()
@@ -328,6 +331,19 @@ impl Publisher for MemoryPublisher {
     ) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(async move {
             let mut state = self.begin()?;
+            // As GitHub: a status needs a commit the repository has (here: a pull request's
+            // head, earlier head or base).
+            let known = state.items.iter().any(|((r, _), i)| {
+                r == repo
+                    && (i.diffs.contains_key(&status.sha)
+                        || i.pull.as_ref().is_some_and(|p| p.base_sha == status.sha))
+            });
+            if !known {
+                return Err(rejected(&format!(
+                    "No commit found for SHA: {}",
+                    status.sha
+                )));
+            }
             let mut status = status.clone();
             status.description = status.description.chars().take(140).collect();
             state.statuses.entry(repo.clone()).or_default().push(status);
