@@ -212,10 +212,11 @@ impl Api {
         what: &str,
     ) -> Result<R, PublishError> {
         let mut authorization = HeaderValue::from_str(&format!("Bearer {}", credential.expose()))
-            .map_err(|_| PublishError::Denied {
-                status: 0,
-                message: "the credential contains characters not allowed in an HTTP header; check the token or key source".to_owned(),
-            })?;
+            .map_err(|_| PublishError::Protocol {
+            reason: format!(
+                "{what}: the credential contains characters not allowed in an HTTP header"
+            ),
+        })?;
         authorization.set_sensitive(true);
         let request = http::Request::builder()
             .method(method)

@@ -271,10 +271,7 @@ impl GitHubPublisher {
                 .repo
                 .map(|r| r.clone_url)
                 .ok_or_else(|| PublishError::Protocol {
-                    reason: format!(
-                        "{}: the base repository is missing",
-                        describe("pull request", item)
-                    ),
+                    reason: format!("{what}: the base repository is missing"),
                 })?;
         Ok(PullRequest {
             item: item.clone(),
