@@ -246,6 +246,9 @@ impl Publisher for MemoryPublisher {
             let Some(entry) = state.items.get(&key(item)) else {
                 return Err(not_found("item", item));
             };
+            if kind == ItemKind::PullRequest && entry.pull.is_none() {
+                return Err(not_found("pull request", item));
+            }
             let reviews = entry
                 .reviews
                 .iter()
@@ -328,6 +331,19 @@ impl Publisher for MemoryPublisher {
     ) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(async move {
             let mut state = self.begin()?;
+            // As GitHub: a status needs a commit the repository has (here: a pull request's
+            // head, earlier head or base).
+            let known = state.items.iter().any(|((r, _), i)| {
+                r == repo
+                    && (i.diffs.contains_key(&status.sha)
+                        || i.pull.as_ref().is_some_and(|p| p.base_sha == status.sha))
+            });
+            if !known {
+                return Err(rejected(&format!(
+                    "No commit found for SHA: {}",
+                    status.sha
+                )));
+            }
             let mut status = status.clone();
             status.description = status.description.chars().take(140).collect();
             state.statuses.entry(repo.clone()).or_default().push(status);
@@ -364,6 +380,14 @@ impl Publisher for MemoryPublisher {
     fn labels<'a>(&'a self, repo: &'a RepoId) -> BoxFuture<'a, Result<Vec<String>, PublishError>> {
         Box::pin(async move {
             let state = self.begin()?;
+            // As on GitHub, a repository nobody told this host about does not exist.
+            let known =
+                state.repo_labels.contains_key(repo) || state.items.keys().any(|(r, _)| r == repo);
+            if !known {
+                return Err(PublishError::NotFound {
+                    what: format!("repository {repo}"),
+                });
+            }
             Ok(state.repo_labels.get(repo).cloned().unwrap_or_default())
         })
     }
@@ -386,6 +410,18 @@ impl Publisher for MemoryPublisher {
                 }
             }
             if let Some(entry) = state.items.get_mut(&key(item)) {
+                // What the item shows when read again, as on GitHub.
+                let shown = [
+                    entry.pull.as_mut().map(|p| &mut p.labels),
+                    entry.issue.as_mut().map(|i| &mut i.labels),
+                ];
+                for list in shown.into_iter().flatten() {
+                    for label in labels {
+                        if !list.contains(label) {
+                            list.push(label.clone());
+                        }
+                    }
+                }
                 for label in labels {
                     if !entry.labels.contains(label) {
                         entry.labels.push(label.clone());

@@ -11,7 +11,8 @@
 //! - this file: the trait, what it returns, its errors.
 //! - [`memory`]: [`MemoryPublisher`], pull requests and issues in memory with GitHub's rules for
 //!   inline comments (the diff safety zone).
-//! - `github`: the GitHub REST API (App or token authentication, GitHub Enterprise base URLs).
+//! - [`github`]: [`GitHubPublisher`], the GitHub REST API (App or token authentication, GitHub
+//!   Enterprise base URLs), which also gives git its credentials for fetches.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -23,8 +24,10 @@ use verdict_proto::publication::{
 
 use crate::BoxFuture;
 
+pub mod github;
 pub mod memory;
 
+pub use github::GitHubPublisher;
 pub use memory::MemoryPublisher;
 
 /// A code host that pull requests and issues are read from and published to. Every call has a

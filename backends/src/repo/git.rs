@@ -45,6 +45,15 @@
 //! (`LC_ALL=C`, so its messages can be classified) and is killed when the request is cancelled.
 //! The global config is read (that is where `url.<base>.insteadOf` and `http.extraHeader` live);
 //! tests isolate it through [`GitSourceConfig::env`].
+//!
+//! # Credentials
+//! With [`GitSourceConfig::credentials`] set, every command that talks to the remote (the
+//! fetches) first asks them for the remote URL's HTTP headers (a GitHub installation token as
+//! `Authorization: Basic …`) and gets them as `http.extraHeader` through its own environment
+//! (`GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`): not on the command line, where
+//! `ps` shows it, not in the URL, and never in the mirror's config or any other file. Commands
+//! that only read the mirror get nothing. Tokens expire within the hour, so they are asked for
+//! per command, not once per mirror.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -60,7 +69,7 @@ use verdict_proto::wire::RepositoryRef;
 
 use super::cache::{self, CacheStats, SnapshotCache};
 use super::scratch::ScratchDir;
-use super::{Change, RepoError, RepositorySource, Snapshot, redact_url};
+use super::{Change, GitCredentials, RepoError, RepositorySource, Snapshot, redact_url};
 use crate::BoxFuture;
 
 /// Git variables a worker may inherit that would point git at another repository.
@@ -176,6 +185,9 @@ pub struct GitSourceConfig {
     /// Extra environment for every git process, applied last (tests set `HOME` and
     /// `GIT_CONFIG_GLOBAL` here so the developer's config does not leak in). Default none.
     pub env: Vec<(String, String)>,
+    /// HTTP headers for fetches (see the module documentation). Default none: git fetches with
+    /// whatever the URL and the global config give it.
+    pub credentials: Option<Arc<dyn GitCredentials>>,
 }
 
 impl GitSourceConfig {
@@ -187,6 +199,7 @@ impl GitSourceConfig {
             git_program: PathBuf::from("git"),
             tar_program: PathBuf::from("tar"),
             env: Vec::new(),
+            credentials: None,
         }
     }
 }
@@ -348,7 +361,7 @@ impl GitRepositorySource {
         {
             return Ok(sha);
         }
-        let mut fetch = self.git(Some(mirror));
+        let mut fetch = self.remote_git(mirror, remote, cancel).await?;
         fetch
             .args(["fetch", "--quiet", "--prune", "--no-write-fetch-head", "--"])
             .arg(remote.url)
@@ -384,7 +397,7 @@ impl GitRepositorySource {
         if is_full_sha(revision.name()) {
             // Not under any ref (a force-pushed PR head, say): ask for the object itself. Hosts
             // that refuse answer with an error, which only means "not found" here.
-            let mut fetch_one = self.git(Some(mirror));
+            let mut fetch_one = self.remote_git(mirror, remote, cancel).await?;
             fetch_one
                 .args(["fetch", "--quiet", "--no-write-fetch-head", "--"])
                 .arg(remote.url)
@@ -405,7 +418,7 @@ impl GitRepositorySource {
         remote: &Remote<'_>,
         cancel: &CancellationToken,
     ) -> Result<bool, RepoError> {
-        let mut fetch = self.git(Some(mirror));
+        let mut fetch = self.remote_git(mirror, remote, cancel).await?;
         fetch
             .args(["fetch", "--quiet", "--no-write-fetch-head", "--"])
             .arg(remote.url)
@@ -531,6 +544,39 @@ impl GitRepositorySource {
             cmd.arg(arg);
         }
         cmd
+    }
+
+    /// A git command in `mirror` that talks to `remote`: [`Self::git`] plus the credentials'
+    /// headers for the remote's URL, in this command's environment only.
+    async fn remote_git(
+        &self,
+        mirror: &Path,
+        remote: &Remote<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Command, RepoError> {
+        let mut cmd = self.git(Some(mirror));
+        let Some(credentials) = &self.config.credentials else {
+            return Ok(cmd);
+        };
+        let headers = cancellable(cancel, credentials.http_headers(remote.url)).await??;
+        if headers.is_empty() {
+            return Ok(cmd);
+        }
+        // Entries the configured environment already numbers come first.
+        let first = self
+            .config
+            .env
+            .iter()
+            .rev()
+            .find(|(name, _)| name == "GIT_CONFIG_COUNT")
+            .and_then(|(_, count)| count.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        for (i, header) in headers.iter().enumerate() {
+            cmd.env(format!("GIT_CONFIG_KEY_{}", first + i), "http.extraHeader")
+                .env(format!("GIT_CONFIG_VALUE_{}", first + i), header.expose());
+        }
+        cmd.env("GIT_CONFIG_COUNT", (first + headers.len()).to_string());
+        Ok(cmd)
     }
 
     fn spawn(&self, mut cmd: Command, program: &Path) -> Result<tokio::process::Child, RepoError> {

@@ -7,6 +7,8 @@
 //!
 //! # Layout
 //! - [`RepositorySource`]: the one small trait every backend implements.
+//! - [`GitCredentials`]: what git sends to a host when fetching over HTTPS (a header for that one
+//!   command, never stored), implemented by the GitHub publisher.
 //! - [`git`]: [`GitRepositorySource`], the production backend (the `git` CLI, a bare mirror per
 //!   repository, snapshots extracted with `git archive`).
 //! - `cache`: the size-bounded, least-recently-used snapshot cache behind the git backend; a
@@ -26,6 +28,7 @@ use verdict_proto::revision::InvalidRevision;
 use verdict_proto::wire::RepositoryRef;
 
 use crate::BoxFuture;
+use crate::secret::Secret;
 
 mod cache;
 pub mod git;
@@ -72,6 +75,16 @@ pub trait RepositorySource: Send + Sync + fmt::Debug {
         head: &'a str,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Change, RepoError>>;
+}
+
+/// Credentials for fetching from remote repositories: the HTTP headers git sends for one URL.
+/// The git source asks before every command that talks to the remote and hands the headers to
+/// that command alone, through its environment, so they are never on a command line, in a URL or
+/// on disk.
+pub trait GitCredentials: Send + Sync + fmt::Debug {
+    /// HTTP headers (`Name: value`, secret) git sends when fetching `url`; none for URLs these
+    /// credentials do not serve.
+    fn http_headers<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Vec<Secret>, RepoError>>;
 }
 
 /// A change between two revisions: what a pull-request review looks at.
@@ -185,6 +198,17 @@ pub enum RepoError {
     )]
     CacheInUse { dir: PathBuf },
 
+    /// The credentials for a fetch could not be had (the code host's token exchange failed).
+    #[error(
+        "cannot get credentials to fetch from {host}: {reason}; {}",
+        if *retryable { "the request can be retried" } else { "check verdict's GitHub App installation on the repository, or its token (docs/github.md)" }
+    )]
+    Credentials {
+        host: String,
+        reason: String,
+        retryable: bool,
+    },
+
     #[error("the snapshot was cancelled")]
     Cancelled,
 }
@@ -195,7 +219,9 @@ impl RepoError {
     /// (`not_found`), so is a malformed reference (`invalid_request`); network trouble,
     /// unexpected git failures and local I/O (a full disk frees up as snapshots are evicted) are
     /// `repository_unavailable` and worth another attempt; a missing `git` or a cache directory
-    /// shared by two processes is a deployment fault (`internal`).
+    /// shared by two processes is a deployment fault (`internal`). Credentials that could not be
+    /// had are `repository_unavailable` when the host may answer later, else `not_found`, as
+    /// git's own "access denied" is.
     pub fn failure_kind(&self) -> FailureKind {
         match self {
             RepoError::RepositoryNotFound { .. } | RepoError::CommitNotFound { .. } => {
@@ -206,6 +232,14 @@ impl RepoError {
             }
             RepoError::Unreachable { .. } | RepoError::GitFailed { .. } | RepoError::Io { .. } => {
                 FailureKind::RepositoryUnavailable
+            }
+            // As git's own refusals are: a host that will not let us in is "not found".
+            RepoError::Credentials { retryable, .. } => {
+                if *retryable {
+                    FailureKind::RepositoryUnavailable
+                } else {
+                    FailureKind::NotFound
+                }
             }
             RepoError::GitNotInstalled { .. } | RepoError::CacheInUse { .. } => {
                 FailureKind::Internal
@@ -340,6 +374,22 @@ mod tests {
                 FailureKind::Internal,
             ),
             (RepoError::Cancelled, FailureKind::Cancelled),
+            (
+                RepoError::Credentials {
+                    host: "github.com".into(),
+                    reason: String::new(),
+                    retryable: true,
+                },
+                FailureKind::RepositoryUnavailable,
+            ),
+            (
+                RepoError::Credentials {
+                    host: "github.com".into(),
+                    reason: String::new(),
+                    retryable: false,
+                },
+                FailureKind::NotFound,
+            ),
         ];
         for (err, kind) in cases {
             assert_eq!(err.failure_kind(), kind, "{err}");
