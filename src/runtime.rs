@@ -12,7 +12,12 @@ use verdict_backends::broker::Broker;
 use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
 use verdict_backends::clock::{Clock, SystemClock};
 use verdict_backends::publish::Publisher;
-use verdict_backends::repo::{GitRepositorySource, GitSourceConfig, RepoError, RepositorySource};
+use verdict_backends::publish::github::{
+    GitHubAuth, GitHubConfig, GitHubConfigError, GitHubPublisher,
+};
+use verdict_backends::repo::{
+    GitCredentials, GitRepositorySource, GitSourceConfig, RepoError, RepositorySource,
+};
 use verdict_backends::store::StateStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_proto::wire::StageKind;
@@ -25,7 +30,7 @@ use verdict_worker::executor::{ExecutorDeps, ProviderRegistry, StageExecutor};
 use verdict_worker::metrics::WorkerMetrics;
 use verdict_worker::provider::{self, ProviderBuildError};
 
-use crate::config::Config;
+use crate::config::{Config, GitHubCredentials};
 
 /// Why a process could not be assembled; each names the setting to check.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +45,8 @@ pub enum WiringError {
     Providers(#[from] ProviderBuildError),
     #[error("register metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("configure GitHub ([github]): {0}")]
+    GitHub(#[from] GitHubConfigError),
 }
 
 /// Which process a repository cache belongs to: each keeps its own folder under
@@ -79,12 +86,14 @@ impl Backends {
     pub async fn connect(config: &Config, name: &str, role: Role) -> Result<Backends, WiringError> {
         let broker = AmqpBroker::connect(amqp_config(config, name)).await?;
         let store = RedisStore::connect(redis_config(config)).await?;
-        let repositories = open_repositories(config, role).await?;
+        let github = open_github(config)?;
+        let credentials = github.clone().map(|g| g as Arc<dyn GitCredentials>);
+        let repositories = open_repositories(config, role, credentials).await?;
         Ok(Backends {
             broker: Arc::new(broker),
             store: Arc::new(store),
             repositories,
-            publisher: None,
+            publisher: github.map(|g| g as Arc<dyn Publisher>),
             clock: Arc::new(SystemClock),
         })
     }
@@ -281,6 +290,32 @@ fn redis_config(config: &Config) -> RedisConfig {
     c
 }
 
+/// The GitHub client `[github]` configures, if it does: the scheduler's code host and every
+/// process's credentials for fetching repositories over HTTPS. Call it inside the async runtime.
+pub fn open_github(config: &Config) -> Result<Option<Arc<GitHubPublisher>>, WiringError> {
+    let Some(github) = &config.github else {
+        return Ok(None);
+    };
+    let auth = match &github.credentials {
+        GitHubCredentials::Token(token) => GitHubAuth::Token(token.clone()),
+        GitHubCredentials::App {
+            app_id,
+            private_key,
+        } => GitHubAuth::App {
+            app_id: *app_id,
+            private_key_pem: private_key.clone(),
+        },
+    };
+    let mut settings = GitHubConfig::new(github.api_url.clone(), auth);
+    settings.timeout = github.timeout;
+    // Clone URLs are on the web host (github.com, or the Enterprise server's own host).
+    let web_host = github.web_host.clone();
+    if !settings.git_hosts.contains(&web_host) {
+        settings.git_hosts.push(web_host);
+    }
+    Ok(Some(Arc::new(GitHubPublisher::new(settings)?)))
+}
+
 /// How many processes of one role may share a `worker.cache_dir`, each in its own slot.
 const CACHE_SLOTS: usize = 64;
 
@@ -302,9 +337,14 @@ fn git_config(config: &Config, role: Role, slot: usize) -> GitSourceConfig {
 pub async fn open_repositories(
     config: &Config,
     role: Role,
+    credentials: Option<Arc<dyn GitCredentials>>,
 ) -> Result<Arc<GitRepositorySource>, WiringError> {
     let configs: Vec<GitSourceConfig> = (1..=CACHE_SLOTS)
-        .map(|slot| git_config(config, role, slot))
+        .map(|slot| {
+            let mut git = git_config(config, role, slot);
+            git.credentials.clone_from(&credentials);
+            git
+        })
         .collect();
     let root = config.worker.cache_dir.clone();
     let dir = root.display().to_string();

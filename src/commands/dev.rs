@@ -6,9 +6,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use anyhow::Context as _;
 use verdict::dev::DevPool;
 use verdict::runtime::{self, Role};
+use verdict_backends::publish::Publisher;
+use verdict_backends::repo::GitCredentials;
 use verdict_scheduler::api::{self, ApiAuth};
 use verdict_scheduler::milestone;
 use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions, TaskService};
@@ -93,8 +97,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 async fn dev(args: Args) -> anyhow::Result<ExitCode> {
     let config = process::load_config(args.config.as_deref())?;
     let providers = runtime::provider_registry(&config).context("configure providers")?;
-    let repositories = runtime::open_repositories(&config, Role::Dev).await?;
-    let pool = DevPool::start(&config, providers, repositories, None, args.workers)?;
+    let github = runtime::open_github(&config)?;
+    let credentials = github.clone().map(|g| g as Arc<dyn GitCredentials>);
+    let repositories = runtime::open_repositories(&config, Role::Dev, credentials).await?;
+    let publisher = github.map(|g| g as Arc<dyn Publisher>);
+    let pool = DevPool::start(&config, providers, repositories, publisher, args.workers)?;
     let code = match args.command {
         Some(DevCommand::Review(review)) => run_review(&pool, review).await,
         None => serve(&pool, &config, args.listen).await,

@@ -228,6 +228,33 @@ async fn the_change_between_two_revisions_is_their_git_diff() {
 }
 
 #[tokio::test]
+async fn a_change_starts_at_the_merge_base_as_a_pull_request_shows_it() {
+    let f = Fixture::two_commits();
+    // `feature` branches off the first commit and changes only src/lib.rs; `main` (the second
+    // commit) changed a.txt meanwhile, which the feature must not appear to undo.
+    f.git(&["checkout", "--quiet", "-b", "feature", &f.commits[0]]);
+    std::fs::write(f.repo().join("src/lib.rs"), "fn feature() {}\n").unwrap();
+    f.git(&["commit", "--quiet", "-am", "feature"]);
+    let feature = f.git(&["rev-parse", "HEAD"]);
+    let source = f.source(u64::MAX);
+
+    let change = source
+        .change(&f.local(), "main", "feature", &CancellationToken::new())
+        .await
+        .unwrap();
+
+    assert_eq!(change.base, f.commits[0], "the merge base, not main's tip");
+    assert_eq!(change.head, feature);
+    let files: Vec<String> = verdict_proto::diff::parse(&change.diff)
+        .files
+        .iter()
+        .filter_map(|file| file.path().map(str::to_owned))
+        .collect();
+    assert_eq!(files, ["src/lib.rs"], "{}", change.diff);
+    assert!(change.diff.contains("+fn feature() {}"), "{}", change.diff);
+}
+
+#[tokio::test]
 async fn abbreviated_shas_and_branches_share_the_cache_entry() {
     let fx = Fixture::two_commits();
     let source = fx.source(u64::MAX);

@@ -621,6 +621,20 @@ impl GitRepositorySource {
         self.ensure_mirror(&mirror, &remote, cancel).await?;
         let base = self.resolve(&mirror, &remote, base, cancel).await?;
         let head = self.resolve(&mirror, &remote, head, cancel).await?;
+        // A pull request shows what its head adds to the history it shares with the base, not
+        // the base's own later changes undone: the diff starts at the merge base. Histories
+        // without a common commit are compared directly.
+        let mut merge_base = self.git(Some(&mirror));
+        merge_base.args(["merge-base", &base, &head]);
+        let out = self.run(merge_base, cancel).await?;
+        let found = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .to_ascii_lowercase();
+        let base = if out.status.success() && is_full_sha(&found) {
+            found
+        } else {
+            base
+        };
         let mut diff = self.git(Some(&mirror));
         diff.args([
             "diff",

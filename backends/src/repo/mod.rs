@@ -64,10 +64,12 @@ pub trait RepositorySource: Send + Sync + fmt::Debug {
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<String, RepoError>>;
 
-    /// The change from `base` to `head` of the repository at `url`: both revisions resolved to
-    /// full commit ids as [`RepositorySource::resolve`] does, and the unified diff between them
-    /// (`git diff -M`, no colour, no external diff drivers). Non-UTF-8 content is replaced with
-    /// U+FFFD.
+    /// The change from `base` to `head` of the repository at `url`, as a pull request shows it:
+    /// both revisions resolved to full commit ids as [`RepositorySource::resolve`] does, and the
+    /// unified diff from their merge base to `head` (`git diff -M`, no colour, no external diff
+    /// drivers), so changes the base gained after the head branched off are not shown undone.
+    /// [`Change::base`] is that merge base (the base itself when it is an ancestor of the head,
+    /// or when the histories share no commit). Non-UTF-8 content is replaced with U+FFFD.
     fn change<'a>(
         &'a self,
         url: &'a str,
@@ -90,6 +92,7 @@ pub trait GitCredentials: Send + Sync + fmt::Debug {
 /// A change between two revisions: what a pull-request review looks at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
+    /// The commit the diff starts from: the merge base of the requested base and head.
     pub base: String,
     pub head: String,
     pub diff: String,
