@@ -95,6 +95,16 @@ pub async fn prepare(
     })
 }
 
+/// How the reason of a file left out by `pipeline.ignore_paths` starts.
+const IGNORED: &str = "ignored: ";
+
+/// Whether `file` was left out because `pipeline.ignore_paths` matches it.
+pub fn is_ignored(file: &DiffFile) -> bool {
+    file.excluded
+        .as_deref()
+        .is_some_and(|r| r.starts_with(IGNORED))
+}
+
 /// The globs of `pipeline.ignore_paths`, compiled (`*` stays within a folder, `**` crosses
 /// folders, as in `.gitignore`).
 #[derive(Debug, Clone, Default)]

@@ -126,6 +126,19 @@ pub fn start(task: &mut TaskRecord, now: u64) -> Effects {
         .to_owned(),
         json!({"pipeline": task.pipeline.as_str()}),
     );
+    let files = &task.inputs.diff_files;
+    let reviewing = matches!(task.pipeline, PipelineKind::Multi | PipelineKind::Single);
+    if reviewing && !files.is_empty() && files.iter().all(crate::diff_pieces::is_ignored) {
+        // Nothing the configuration wants reviewed: no model is asked.
+        let reason = lang
+            .pick(
+                "every changed file matches pipeline.ignore_paths",
+                "所有变更文件都匹配 pipeline.ignore_paths",
+            )
+            .to_owned();
+        finish(task, TaskState::Skipped, reason, None, now, &mut fx);
+        return fx;
+    }
     match task.pipeline {
         PipelineKind::Multi if task.settings.triage => {
             plan(task, StageKind::Triage, "triage", false, now, &mut fx)

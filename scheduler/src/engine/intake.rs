@@ -398,6 +398,38 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_change_whose_every_file_is_ignored_is_skipped_without_asking_a_model() {
+        let fx = Fixture::new();
+        fx.repositories.insert_revision(REPO, "main", MAIN);
+        fx.repositories.insert_revision(REPO, "feature", FEATURE);
+        fx.repositories.insert_change(REPO, MAIN, FEATURE, DIFF);
+        let task = fx.queued_review().await;
+        fx.parts
+            .records
+            .update(&task.id, |t| {
+                t.settings.ignore_paths = vec!["src/**".to_owned()];
+                pipeline::Effects::default()
+            })
+            .await
+            .unwrap();
+
+        fx.parts.intake.start(&task.id).await;
+
+        let ended = fx.load(&task.id).await;
+        assert_eq!(ended.state, TaskState::Skipped);
+        assert_eq!(
+            ended.reason.as_deref(),
+            Some("every changed file matches pipeline.ignore_paths")
+        );
+        assert_eq!(
+            ended.coverage.files_not_reviewed[0].reason,
+            "ignored: matches `src/**` (pipeline.ignore_paths)"
+        );
+        assert!(ended.stages.is_empty());
+        assert_eq!(fx.broker.depth(Route::Stages(Priority::Interactive)), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_change_that_cannot_be_read_ends_the_review_incomplete() {
         let fx = Fixture::new();
         let task = fx.queued_review().await;
