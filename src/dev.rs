@@ -16,6 +16,7 @@ use verdict_proto::wire::EventType;
 use verdict_scheduler::document::TaskDocument;
 use verdict_scheduler::engine::Scheduler;
 use verdict_scheduler::service::{ServiceError, TaskService};
+use verdict_scheduler::task::PublicationState;
 use verdict_worker::executor::ProviderRegistry;
 
 use crate::config::Config;
@@ -93,15 +94,19 @@ impl DevPool {
         Arc::new(self.scheduler.clone())
     }
 
-    /// Follows a task until it is terminal and its closing event is stored (or `timeout`
-    /// passes), returning its document.
+    /// Follows a task until it is terminal, its closing event is stored and its publication (if
+    /// it has one) has settled — or `timeout` passes — returning its document.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<TaskDocument, ServiceError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut after: Option<String> = None;
         loop {
             let doc = self.scheduler.task(id).await?;
             let closed = doc.events.iter().any(|e| e.kind == EventType::TaskFinished);
-            if doc.state.is_terminal() && closed {
+            let published = doc
+                .publication
+                .as_ref()
+                .is_none_or(|p| p.state != PublicationState::Pending);
+            if doc.state.is_terminal() && closed && published {
                 return Ok(doc);
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());

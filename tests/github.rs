@@ -26,7 +26,7 @@ use verdict_scheduler::document::{TaskDocument, TaskState};
 use verdict_scheduler::service::TaskService;
 use verdict_scheduler::task::PublicationState;
 use verdict_testkit::github::{
-    FakeGitHub, FakePullRequest, FakeReview, TEST_APP_PRIVATE_KEY, webhook,
+    FakeGitHub, FakeIssue, FakePullRequest, FakeReview, TEST_APP_PRIVATE_KEY, webhook,
 };
 use verdict_testkit::scenario::{self, Isolation};
 use verdict_testkit::{Behaviour, FakeProvider, Script};
@@ -52,6 +52,8 @@ struct Rig {
     repo: PathBuf,
     base: String,
     head: String,
+    /// The configuration file the pool runs on (for the `verdict` processes a test starts).
+    config: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -147,7 +149,7 @@ async fn rig(review: Script, context: u32) -> Rig {
     let cache = dir.path().join("cache");
     let mut toml = scenario::config_toml(&llm.base_url(), &Isolation::unique("gh"), &cache);
     toml.push_str(&format!(
-        "\n[github]\napi_url = \"{}\"\nweb_url = \"{}\"\napp_id = {APP_ID}\napp_private_key_env = \"GH_APP_KEY\"\nwebhook_secret_env = \"GH_HOOK\"\npipeline = \"single\"\ndetails_url = \"https://verdict.example/v1/tasks/{{id}}\"\n",
+        "\n[github]\napi_url = \"{}\"\nweb_url = \"{}\"\napp_id = {APP_ID}\napp_private_key_env = \"GH_APP_KEY\"\nwebhook_secret_env = \"GH_HOOK\"\npipeline = \"single\"\napply_labels = true\ndetails_url = \"https://verdict.example/v1/tasks/{{id}}\"\n",
         fake.api_url(),
         fake.web_url()
     ));
@@ -187,6 +189,7 @@ async fn rig(review: Script, context: u32) -> Rig {
         repo,
         base,
         head,
+        config: path,
         _dir: dir,
     }
 }
@@ -644,6 +647,7 @@ async fn verdict_submit_review_by_pull_request_url_waits_for_the_result_and_publ
     assert_eq!(doc["state"], "completed");
     assert_eq!(doc["repository"]["commit"], rig.head.as_str());
     assert_eq!(doc["repository"]["base"], rig.base.as_str());
+    assert_eq!(doc["publication"]["state"], "published", "--wait waits for the publication");
     let id = doc["id"].as_str().unwrap().to_owned();
     let settled = rig.settled(&id).await;
     assert_eq!(
@@ -654,4 +658,90 @@ async fn verdict_submit_review_by_pull_request_url_waits_for_the_result_and_publ
     assert_eq!(reviews.len(), 1);
     assert_eq!(reviews[0].comments.len(), 1);
     assert!(reviews[0].body.contains(&marker(&id)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opened_issue_is_analysed_and_answered_with_one_comment_and_defined_labels() {
+    let rig = rig(Script::always(Behaviour::text(envelope("comment", &[]))), 3).await;
+    let mut issue = FakeIssue::new("acme", "shop", 12);
+    issue.title = "An empty cart crashes the average price".to_owned();
+    issue.body = Some("average_item_price_cents() divides by zero.".to_owned());
+    rig.fake.add_issue(issue);
+    rig.fake.define_labels("acme", "shop", &["bug", "checkout"]);
+    let analysis = "<SAKURA_ISSUE_ANALYSIS>\n<VERSION>1</VERSION>\n<CATEGORY>bug</CATEGORY>\n<PRIORITY>high</PRIORITY>\n<SUMMARY>\nAn empty cart divides by zero.\n</SUMMARY>\n<FEASIBILITY>\nA guard in average_item_price_cents.\n</FEASIBILITY>\n<SUGGESTED_LABELS>\n<LABEL>\n<NAME>Bug</NAME>\n<CONFIDENCE>0.9</CONFIDENCE>\n<REASON>\nA crash.\n</REASON>\n</LABEL>\n<LABEL>\n<NAME>needs-triage</NAME>\n<CONFIDENCE>0.95</CONFIDENCE>\n<REASON>\nNew.\n</REASON>\n</LABEL>\n</SUGGESTED_LABELS>\n<SUGGESTED_ASSIGNEES>\n</SUGGESTED_ASSIGNEES>\n<SUGGESTED_MILESTONE>NONE</SUGGESTED_MILESTONE>\n<DUPLICATE_OF>NONE</DUPLICATE_OF>\n<SUGGESTED_TITLE>NONE</SUGGESTED_TITLE>\n</SAKURA_ISSUE_ANALYSIS>\n";
+    rig.llm
+        .script(scenario::DEFAULT, Script::always(Behaviour::text(analysis)));
+
+    let body = webhook::issues_event(&rig.fake, "acme", "shop", 12, "opened");
+    let mut request = rig.http.post(format!("{}/v1/webhooks/github", rig.api));
+    for (name, value) in webhook::delivery_headers("issues", "delivery-issue", SECRET, &body) {
+        request = request.header(name, value);
+    }
+    let response = request.body(body).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 202);
+    let id = response.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let doc = rig.settled(&id).await;
+
+    assert_eq!(doc.state, TaskState::Completed, "{:?}", doc.reason);
+    assert_eq!(
+        doc.publication.as_ref().unwrap().state,
+        PublicationState::Published
+    );
+    let comments = rig.fake.issue_comments("acme", "shop", 12);
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert!(comments[0].body.contains("An empty cart divides by zero."));
+    assert!(comments[0].body.contains(&marker(&id)));
+    assert_eq!(
+        rig.fake.issue_labels("acme", "shop", 12),
+        ["bug"],
+        "only a label the repository defines, in its spelling"
+    );
+    assert_eq!(
+        rig.fake.repo_labels("acme", "shop"),
+        ["bug", "checkout"],
+        "no label created"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verdict_dev_review_by_pull_request_url_publishes_from_one_process() {
+    let answer = envelope("comment", &[division()]);
+    let rig = rig(Script::always(Behaviour::text(answer)), 3).await;
+    let url = format!("{}/acme/shop/pull/{PR}", rig.fake.web_url());
+    let config = rig.config.clone();
+
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_verdict"))
+            .args(["dev", "review", "--config"])
+            .arg(&config)
+            .args(["--pr", &url, "--publish", "--pipeline", "single", "--json"])
+            .env("GH_APP_KEY", TEST_APP_PRIVATE_KEY)
+            .env("GH_HOOK", SECRET)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("VERDICT_LOG", "warn")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(doc["state"], "completed", "{doc:#}");
+    assert_eq!(doc["repository"]["commit"], rig.head.as_str());
+    assert_eq!(doc["publication"]["state"], "published", "the printed document says where");
+    let reviews = rig.reviews();
+    assert_eq!(reviews.len(), 1, "published before the process exited");
+    assert!(
+        reviews[0]
+            .body
+            .contains(&marker(doc["id"].as_str().unwrap()))
+    );
 }

@@ -111,6 +111,7 @@ async fn dev(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_review(pool: &DevPool, args: ReviewArgs) -> anyhow::Result<ExitCode> {
+    let publish = args.publish;
     let repository = args.repo.map(|repo| match std::fs::canonicalize(&repo) {
         Ok(path) => path.display().to_string(),
         Err(_) => repo,
@@ -154,8 +155,10 @@ async fn run_review(pool: &DevPool, args: ReviewArgs) -> anyhow::Result<ExitCode
             break;
         }
     }
+    // A publication to GitHub runs after the end (a few requests; probes when GitHub refuses).
+    let settle = Duration::from_secs(if publish { 120 } else { 5 });
     let doc = pool
-        .wait(&submitted.id, Duration::from_secs(5))
+        .wait(&submitted.id, settle)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if args.json {

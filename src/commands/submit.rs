@@ -7,10 +7,12 @@ use std::process::ExitCode;
 use anyhow::Context;
 use verdict_proto::wire::Priority;
 use verdict_scheduler::client::ApiClient;
+use verdict_scheduler::document::TaskDocument;
 use verdict_scheduler::milestone;
 use verdict_scheduler::service::{
     IssueAnalysisSubmission, IssueInput, ReviewSubmission, ScanSubmission, SubmissionOptions,
 };
+use verdict_scheduler::task::PublicationState;
 
 use super::ServerArgs;
 use super::tail::{self, Sink};
@@ -240,6 +242,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::runtime()?.block_on(submit(&client, submission, output))
 }
 
+/// How long `--wait` waits for a publication to GitHub after the task ended.
+const PUBLICATION_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The task's document once its publication (if it has one) has settled, or after
+/// [`PUBLICATION_WAIT`]: publication runs after the end, so the final document says whether the
+/// review was posted and where.
+async fn settled(client: &ApiClient, id: &str) -> anyhow::Result<TaskDocument> {
+    let deadline = tokio::time::Instant::now() + PUBLICATION_WAIT;
+    loop {
+        let doc = client
+            .task(id)
+            .await
+            .with_context(|| format!("fetch the result of task {id}"))?;
+        let pending = doc
+            .publication
+            .as_ref()
+            .is_some_and(|p| p.state == PublicationState::Pending);
+        if !pending || tokio::time::Instant::now() >= deadline {
+            return Ok(doc);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
 async fn submit(
     client: &ApiClient,
     submission: Submission,
@@ -262,10 +288,7 @@ async fn submit(
     }
     eprintln!("Submitted task {id}");
     let end = tail::follow(client, &id, None, Sink::Stderr).await?;
-    let doc = client
-        .task(&id)
-        .await
-        .with_context(|| format!("fetch the result of task {id}"))?;
+    let doc = settled(client, &id).await?;
     if output.json {
         super::print(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;
     } else {
