@@ -647,7 +647,10 @@ async fn verdict_submit_review_by_pull_request_url_waits_for_the_result_and_publ
     assert_eq!(doc["state"], "completed");
     assert_eq!(doc["repository"]["commit"], rig.head.as_str());
     assert_eq!(doc["repository"]["base"], rig.base.as_str());
-    assert_eq!(doc["publication"]["state"], "published", "--wait waits for the publication");
+    assert_eq!(
+        doc["publication"]["state"], "published",
+        "--wait waits for the publication"
+    );
     let id = doc["id"].as_str().unwrap().to_owned();
     let settled = rig.settled(&id).await;
     assert_eq!(
@@ -736,7 +739,10 @@ async fn verdict_dev_review_by_pull_request_url_publishes_from_one_process() {
     let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(doc["state"], "completed", "{doc:#}");
     assert_eq!(doc["repository"]["commit"], rig.head.as_str());
-    assert_eq!(doc["publication"]["state"], "published", "the printed document says where");
+    assert_eq!(
+        doc["publication"]["state"], "published",
+        "the printed document says where"
+    );
     let reviews = rig.reviews();
     assert_eq!(reviews.len(), 1, "published before the process exited");
     assert!(

@@ -8,6 +8,7 @@ use serde_json::Value;
 use verdict_proto::wire::{EventType, ProgressEvent};
 
 use crate::document::TaskDocument;
+use crate::task::PublicationState;
 
 /// One readable milestone: a short title and the event's own explanation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +124,21 @@ pub fn summary(doc: &TaskDocument) -> String {
     }
     for left_out in &doc.coverage.files_not_reviewed {
         let _ = writeln!(out, "Not reviewed: {} ({})", left_out.path, left_out.reason);
+    }
+    if let (Some(github), Some(p)) = (&doc.github, &doc.publication) {
+        let item = format!("{}#{}", github.item.repo, github.item.number);
+        let line = match (p.state, &p.url) {
+            (PublicationState::Published, Some(url)) => format!("Published to {item}: {url}"),
+            (state, _) => format!(
+                "Publication to {item}: {}{}",
+                state.as_str(),
+                p.detail
+                    .as_deref()
+                    .map(|d| format!(" — {d}"))
+                    .unwrap_or_default()
+            ),
+        };
+        let _ = writeln!(out, "{line}");
     }
     out
 }
@@ -334,6 +350,32 @@ mod tests {
              [suggestion] (general) Add docs\n  \
              [minor] (not found in the repository: src/gone.rs:4) Leaks a handle (raised by reviewer-1, reviewer-2)\n\
              Not reviewed: big.bin (binary)\n"
+        );
+        let mut published = doc;
+        published.github = Some(crate::service::GitHubSource {
+            item: verdict_proto::publication::ItemRef {
+                repo: verdict_proto::publication::RepoId {
+                    owner: "acme".into(),
+                    name: "shop".into(),
+                },
+                number: 7,
+            },
+            head_sha: None,
+            publish: true,
+        });
+        let mut record = crate::task::PublicationRecord::pending();
+        record.state = PublicationState::Published;
+        record.url = Some("https://github.com/acme/shop/pull/7#pullrequestreview-1".into());
+        published.publication = Some(record.clone());
+        assert!(summary(&published).ends_with(
+            "Published to acme/shop#7: https://github.com/acme/shop/pull/7#pullrequestreview-1\n"
+        ));
+        record.state = PublicationState::Stale;
+        record.url = None;
+        record.detail = Some("the head moved".into());
+        published.publication = Some(record);
+        assert!(
+            summary(&published).ends_with("Publication to acme/shop#7: stale — the head moved\n")
         );
     }
 }
