@@ -17,6 +17,7 @@ use verdict_scheduler::api::{self, ApiAuth};
 use verdict_scheduler::milestone;
 use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions, TaskService};
 
+use crate::commands::ChangeArgs;
 use crate::process;
 
 #[derive(Debug, clap::Args)]
@@ -43,37 +44,8 @@ enum DevCommand {
 
 #[derive(Debug, clap::Args)]
 struct ReviewArgs {
-    /// The repository: a path or a git URL.
-    #[arg(
-        long,
-        value_name = "PATH_OR_URL",
-        required_unless_present = "pr",
-        conflicts_with = "pr"
-    )]
-    repo: Option<String>,
-    /// The base revision of the change.
-    #[arg(
-        long,
-        value_name = "REV",
-        required_unless_present = "pr",
-        conflicts_with = "pr"
-    )]
-    base: Option<String>,
-    /// The head revision of the change.
-    #[arg(
-        long,
-        value_name = "REV",
-        required_unless_present = "pr",
-        conflicts_with = "pr"
-    )]
-    head: Option<String>,
-    /// A pull request's URL (`https://github.com/OWNER/REPO/pull/N`) instead of --repo, --base
-    /// and --head (needs `[github]` in --config).
-    #[arg(long, value_name = "URL")]
-    pr: Option<String>,
-    /// Post the result to the pull request (with --pr).
-    #[arg(long, requires = "pr")]
-    publish: bool,
+    #[command(flatten)]
+    change: ChangeArgs,
     /// `multi` (triage, summary, reviewers, validator) or `single` (one agentic review).
     #[arg(long, default_value = "multi", value_parser = ["multi", "single"])]
     pipeline: String,
@@ -111,25 +83,23 @@ async fn dev(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_review(pool: &DevPool, args: ReviewArgs) -> anyhow::Result<ExitCode> {
-    let publish = args.publish;
-    let repository = args.repo.map(|repo| match std::fs::canonicalize(&repo) {
-        Ok(path) => path.display().to_string(),
-        Err(_) => repo,
-    });
+    let publish = args.change.publish;
+    let submission = ReviewSubmission {
+        pipeline: Some(args.pipeline),
+        title: args.title,
+        body: None,
+        options: SubmissionOptions::default(),
+        // A local path is given to the pool as an absolute one.
+        ..args
+            .change
+            .into_submission(|repo| match std::fs::canonicalize(&repo) {
+                Ok(path) => path.display().to_string(),
+                Err(_) => repo,
+            })
+    };
     let submitted = pool
         .scheduler
-        .submit_review(ReviewSubmission {
-            repository: repository.unwrap_or_default(),
-            base: args.base.unwrap_or_default(),
-            head: args.head.unwrap_or_default(),
-            pull_request: args.pr,
-            publish: args.publish,
-            pipeline: Some(args.pipeline),
-            title: args.title,
-            body: None,
-            options: SubmissionOptions::default(),
-            ..Default::default()
-        })
+        .submit_review(submission)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!("verdict dev: task {}", submitted.id);

@@ -60,6 +60,62 @@ pub fn print(text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// What a review looks at, shared by `verdict submit review` and `verdict dev review`: a change
+/// given by its repository and revisions, or a pull request given by its URL.
+#[derive(Debug, clap::Args)]
+pub struct ChangeArgs {
+    /// The repository: a git URL or a path the scheduler can read.
+    #[arg(
+        long,
+        value_name = "URL_OR_PATH",
+        required_unless_present = "pr",
+        conflicts_with = "pr"
+    )]
+    pub repo: Option<String>,
+    /// The base revision of the change: a SHA, a branch, a tag, `HEAD`, `origin/main`,
+    /// `feature~1`…
+    #[arg(
+        long,
+        value_name = "REV",
+        required_unless_present = "pr",
+        conflicts_with = "pr"
+    )]
+    pub base: Option<String>,
+    /// The head revision of the change.
+    #[arg(
+        long,
+        value_name = "REV",
+        required_unless_present = "pr",
+        conflicts_with = "pr"
+    )]
+    pub head: Option<String>,
+    /// A pull request's URL (`https://github.com/OWNER/REPO/pull/N`) instead of --repo, --base
+    /// and --head: its head is reviewed against its base (needs `[github]` in the configuration).
+    #[arg(long, value_name = "URL")]
+    pub pr: Option<String>,
+    /// Post the result to the pull request (with --pr).
+    #[arg(long, requires = "pr")]
+    pub publish: bool,
+}
+
+impl ChangeArgs {
+    /// The submission's repository, base, head, pull request and publish fields; `repo` is
+    /// mapped first (e.g. a local path made absolute).
+    pub fn into_submission(
+        self,
+        repo: impl FnOnce(String) -> String,
+    ) -> verdict_scheduler::service::ReviewSubmission {
+        verdict_scheduler::service::ReviewSubmission {
+            repository: self.repo.map(repo).unwrap_or_default(),
+            base: self.base.unwrap_or_default(),
+            head: self.head.unwrap_or_default(),
+            pull_request: self.pr,
+            publish: self.publish,
+            ..Default::default()
+        }
+    }
+}
+
 /// Where the scheduler's API is and how to authenticate, shared by the commands that talk to it.
 #[derive(Debug, clap::Args)]
 pub struct ServerArgs {

@@ -14,8 +14,8 @@ use verdict_scheduler::service::{
 };
 use verdict_scheduler::task::PublicationState;
 
-use super::ServerArgs;
 use super::tail::{self, Sink};
+use super::{ChangeArgs, ServerArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -36,38 +36,8 @@ enum Kind {
 
 #[derive(Debug, clap::Args)]
 struct ReviewArgs {
-    /// The repository: a git URL or a path the scheduler can read.
-    #[arg(
-        long,
-        value_name = "URL_OR_PATH",
-        required_unless_present = "pr",
-        conflicts_with = "pr"
-    )]
-    repo: Option<String>,
-    /// The base revision of the change: a SHA, a branch, a tag, `HEAD`, `origin/main`,
-    /// `feature~1`…
-    #[arg(
-        long,
-        value_name = "REV",
-        required_unless_present = "pr",
-        conflicts_with = "pr"
-    )]
-    base: Option<String>,
-    /// The head revision of the change.
-    #[arg(
-        long,
-        value_name = "REV",
-        required_unless_present = "pr",
-        conflicts_with = "pr"
-    )]
-    head: Option<String>,
-    /// A pull request's URL (`https://github.com/OWNER/REPO/pull/N`) instead of --repo, --base
-    /// and --head: its head is reviewed against its base (the scheduler needs `[github]`).
-    #[arg(long, value_name = "URL")]
-    pr: Option<String>,
-    /// Post the result to the pull request (with --pr).
-    #[arg(long, requires = "pr")]
-    publish: bool,
+    #[command(flatten)]
+    change: ChangeArgs,
     /// `multi` (triage, summary, reviewers, validator) or `single` (one agentic review).
     #[arg(long, value_parser = ["multi", "single"])]
     pipeline: Option<String>,
@@ -195,16 +165,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (submission, output, server) = match args.kind {
         Kind::Review(a) => (
             Submission::Review(ReviewSubmission {
-                repository: a.repo.unwrap_or_default(),
-                base: a.base.unwrap_or_default(),
-                head: a.head.unwrap_or_default(),
-                pull_request: a.pr,
-                publish: a.publish,
                 pipeline: a.pipeline,
                 title: a.title,
                 body: a.body,
                 options: a.options.into_options(a.reviewers)?,
-                ..Default::default()
+                ..a.change.into_submission(|repo| repo)
             }),
             a.output,
             a.server,
