@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
+mod support;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -523,47 +525,11 @@ async fn a_service_rejection_is_a_400_naming_the_field() {
 /// The real scheduler behind the API, on the in-memory backends, with repository [`REPO_URL`]
 /// whose `HEAD` is [`HEAD_COMMIT`].
 async fn serve_scheduler() -> Server {
-    use verdict_backends::broker::memory::MemoryBroker;
-    use verdict_backends::clock::SystemClock;
     use verdict_backends::repo::MemoryRepositorySource;
-    use verdict_backends::store::memory::MemoryStore;
-    use verdict_scheduler::engine::{Scheduler, SchedulerDeps, SchedulerSettings};
-    use verdict_scheduler::metrics::SchedulerMetrics;
-    use verdict_scheduler::pipeline::PipelineSettings;
 
-    let store = Arc::new(MemoryStore::new());
     let repositories = Arc::new(MemoryRepositorySource::new());
     repositories.insert_revision(REPO_URL, "HEAD", HEAD_COMMIT);
-    let registry = prometheus::Registry::new();
-    let deps = SchedulerDeps {
-        broker: Arc::new(MemoryBroker::new()),
-        documents: store.clone(),
-        events: store.clone(),
-        cancels: store.clone(),
-        inputs: store,
-        repositories,
-        publisher: None,
-        clock: Arc::new(SystemClock),
-        metrics: SchedulerMetrics::register(&registry).unwrap(),
-    };
-    let settings = SchedulerSettings {
-        pipeline: PipelineSettings {
-            triage: false,
-            reviewers: 1,
-            max_diff_bytes_per_reviewer: 10_000,
-            max_diff_bytes: 100_000,
-            stages: Default::default(),
-            issue_categories: None,
-            ignore_paths: Vec::new(),
-        },
-        review_timeout: Duration::from_secs(600),
-        language: verdict_proto::Language::En,
-        message_max_bytes: 1 << 20,
-        sweep_interval: Duration::from_secs(3600),
-        stall_after: Duration::from_secs(3600),
-        code_host: None,
-    };
-    let scheduler = Arc::new(Scheduler::new(deps, settings));
+    let (scheduler, registry) = support::memory_scheduler(repositories);
     let auth = ApiAuth::new([Secret::new(TOKEN)]).unwrap();
     let router = api::router(scheduler, auth, registry);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,15 +13,9 @@ use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::Sha256;
-use verdict_backends::broker::memory::MemoryBroker;
-use verdict_backends::clock::SystemClock;
 use verdict_backends::repo::MemoryRepositorySource;
 use verdict_backends::secret::Secret;
-use verdict_backends::store::memory::MemoryStore;
 use verdict_scheduler::api::{self, ApiAuth, webhooks::GitHubWebhooks};
-use verdict_scheduler::engine::{Scheduler, SchedulerDeps, SchedulerSettings};
-use verdict_scheduler::metrics::SchedulerMetrics;
-use verdict_scheduler::pipeline::PipelineSettings;
 use verdict_scheduler::webhook::WebhookPolicy;
 
 const SECRET: &str = "webhook-s3cret";
@@ -36,40 +32,10 @@ struct Server {
 
 async fn serve() -> Server {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let store = Arc::new(MemoryStore::new());
     let repositories = Arc::new(MemoryRepositorySource::new());
     repositories.insert_change(URL, BASE, HEAD_1, DIFF);
     repositories.insert_change(URL, BASE, HEAD_2, DIFF);
-    let registry = prometheus::Registry::new();
-    let deps = SchedulerDeps {
-        broker: Arc::new(MemoryBroker::new()),
-        documents: store.clone(),
-        events: store.clone(),
-        cancels: store.clone(),
-        inputs: store,
-        repositories,
-        publisher: None,
-        clock: Arc::new(SystemClock),
-        metrics: SchedulerMetrics::register(&registry).unwrap(),
-    };
-    let settings = SchedulerSettings {
-        pipeline: PipelineSettings {
-            triage: false,
-            reviewers: 1,
-            max_diff_bytes_per_reviewer: 10_000,
-            max_diff_bytes: 100_000,
-            stages: Default::default(),
-            issue_categories: None,
-            ignore_paths: Vec::new(),
-        },
-        review_timeout: Duration::from_secs(600),
-        language: verdict_proto::Language::En,
-        message_max_bytes: 1 << 20,
-        sweep_interval: Duration::from_secs(3600),
-        stall_after: Duration::from_secs(3600),
-        code_host: None,
-    };
-    let scheduler = Arc::new(Scheduler::new(deps, settings));
+    let (scheduler, registry) = support::memory_scheduler(repositories);
     let hooks = GitHubWebhooks {
         secret: Secret::new(SECRET),
         policy: WebhookPolicy {

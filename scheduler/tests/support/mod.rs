@@ -1,0 +1,51 @@
+//! What the scheduler's integration tests share: the real scheduler engine on the in-memory
+//! broker and store, over a given repository source.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use verdict_backends::broker::memory::MemoryBroker;
+use verdict_backends::clock::SystemClock;
+use verdict_backends::repo::MemoryRepositorySource;
+use verdict_backends::store::memory::MemoryStore;
+use verdict_scheduler::engine::{Scheduler, SchedulerDeps, SchedulerSettings};
+use verdict_scheduler::metrics::SchedulerMetrics;
+use verdict_scheduler::pipeline::PipelineSettings;
+
+/// A scheduler on in-memory backends reading `repositories` (one reviewer, no triage, no code
+/// host, a sweeper that never runs during a test), and the registry its metrics are in.
+pub fn memory_scheduler(
+    repositories: Arc<MemoryRepositorySource>,
+) -> (Arc<Scheduler>, prometheus::Registry) {
+    let store = Arc::new(MemoryStore::new());
+    let registry = prometheus::Registry::new();
+    let deps = SchedulerDeps {
+        broker: Arc::new(MemoryBroker::new()),
+        documents: store.clone(),
+        events: store.clone(),
+        cancels: store.clone(),
+        inputs: store,
+        repositories,
+        publisher: None,
+        clock: Arc::new(SystemClock),
+        metrics: SchedulerMetrics::register(&registry).expect("metrics register once"),
+    };
+    let settings = SchedulerSettings {
+        pipeline: PipelineSettings {
+            triage: false,
+            reviewers: 1,
+            max_diff_bytes_per_reviewer: 10_000,
+            max_diff_bytes: 100_000,
+            stages: Default::default(),
+            issue_categories: None,
+            ignore_paths: Vec::new(),
+        },
+        review_timeout: Duration::from_secs(600),
+        language: verdict_proto::Language::En,
+        message_max_bytes: 1 << 20,
+        sweep_interval: Duration::from_secs(3600),
+        stall_after: Duration::from_secs(3600),
+        code_host: None,
+    };
+    (Arc::new(Scheduler::new(deps, settings)), registry)
+}
