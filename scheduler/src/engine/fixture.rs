@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use verdict_backends::BoxFuture;
 use verdict_backends::broker::memory::MemoryBroker;
@@ -59,6 +60,8 @@ pub(super) struct Fixture {
     pub parts: Parts,
     /// Where the parts run what they start in the background (publications).
     pub background: TaskTracker,
+    /// What `Scheduler::run` cancels when it stops.
+    pub stop: CancellationToken,
 }
 
 impl Fixture {
@@ -103,8 +106,10 @@ impl Fixture {
             code_host: Some(code_host()),
         };
         let background = TaskTracker::new();
+        let stop = CancellationToken::new();
         Fixture {
-            parts: Parts::assemble(&deps, &settings, &background),
+            parts: Parts::assemble(&deps, &settings, &background, &stop),
+            stop,
             background,
             broker,
             store,

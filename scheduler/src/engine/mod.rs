@@ -126,8 +126,12 @@ struct Inner {
     sweeper: Sweeper,
     broker: Arc<dyn Broker>,
     sweep_interval: Duration,
-    /// Result handlers and intakes in flight; `run` waits for them before it returns.
+    /// Result handlers, intakes and publications in flight; `run` waits for them before it
+    /// returns.
     background: TaskTracker,
+    /// Cancelled when `run` stops: publications in flight give their claims back instead of
+    /// holding up the shutdown.
+    stop: CancellationToken,
 }
 
 /// The parts more than one other part is built on, assembled once.
@@ -147,6 +151,7 @@ impl Parts {
         deps: &SchedulerDeps,
         settings: &SchedulerSettings,
         background: &TaskTracker,
+        stop: &CancellationToken,
     ) -> Parts {
         let records = TaskRecords::new(deps);
         let progress = Progress::new(deps);
@@ -157,6 +162,7 @@ impl Parts {
             &records,
             &progress,
             background,
+            stop,
         );
         let transitions = Transitions::new(deps, &records, &progress, &outbox, &publication);
         let intake = Intake::new(deps, &records, &transitions);
@@ -174,7 +180,8 @@ impl Parts {
 impl Scheduler {
     pub fn new(deps: SchedulerDeps, settings: SchedulerSettings) -> Scheduler {
         let background = TaskTracker::new();
-        let parts = Parts::assemble(&deps, &settings, &background);
+        let stop = CancellationToken::new();
+        let parts = Parts::assemble(&deps, &settings, &background, &stop);
         Scheduler {
             inner: Arc::new(Inner {
                 service: Service::new(&deps, &settings, &parts, &background),
@@ -183,6 +190,7 @@ impl Scheduler {
                 broker: deps.broker,
                 sweep_interval: settings.sweep_interval,
                 background,
+                stop,
             }),
         }
     }
@@ -210,6 +218,7 @@ impl Scheduler {
                 _ = sweep.tick() => inner.sweeper.sweep().await,
             }
         }
+        inner.stop.cancel();
         inner.background.close();
         inner.background.wait().await;
         Ok(())

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use prometheus::IntCounterVec;
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use verdict_backends::clock::Clock;
 use verdict_backends::publish::{PublishError, Publisher};
@@ -52,6 +53,10 @@ use crate::task::{PipelineKind, PublicationRecord, PublicationState, TaskRecord}
 /// timeout; an attempt makes at most a few dozen).
 const LEASE: Duration = Duration::from_secs(300);
 
+/// The longest one attempt may take: every host call has its own timeout, but a review with
+/// many refused comments makes many calls; the rest of the lease is margin.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(240);
+
 /// Attempts before a publication that keeps failing with retryable errors is given up.
 const MAX_ATTEMPTS: u32 = 8;
 
@@ -69,6 +74,8 @@ pub(super) struct Publication {
     inputs: Arc<dyn InputStore>,
     clock: Arc<dyn Clock>,
     background: TaskTracker,
+    /// Cancelled when the scheduler stops: attempts in flight give their claims back.
+    stop: CancellationToken,
     outcomes: IntCounterVec,
 }
 
@@ -87,6 +94,7 @@ impl Publication {
         records: &TaskRecords,
         progress: &Progress,
         background: &TaskTracker,
+        stop: &CancellationToken,
     ) -> Publication {
         Publication {
             publisher: deps.publisher.clone(),
@@ -96,6 +104,7 @@ impl Publication {
             inputs: deps.inputs.clone(),
             clock: deps.clock.clone(),
             background: background.clone(),
+            stop: stop.clone(),
             outcomes: deps.metrics.publications.clone(),
         }
     }
@@ -148,7 +157,25 @@ impl Publication {
             }
         };
         let kind = metrics::task_kind_label(task.pipeline);
-        let attempt = self.attempt(&task).await;
+        // An attempt ends well inside its lease, so no other replica starts while it runs; a
+        // process shutting down gives its claim back for another replica to take at once.
+        let attempt = tokio::select! {
+            // A stopping process starts nothing new.
+            biased;
+            () = self.stop.cancelled() => {
+                self.release(id).await;
+                return;
+            }
+            attempt = tokio::time::timeout(ATTEMPT_TIMEOUT, self.attempt(&task)) => match attempt {
+                Ok(attempt) => attempt,
+                Err(_) => Err(PublishError::Unavailable {
+                    reason: format!(
+                        "publishing took longer than {} s",
+                        ATTEMPT_TIMEOUT.as_secs()
+                    ),
+                }),
+            },
+        };
         let now = self.clock.now_unix_ms();
         let (state, url, detail, retry_at) = match attempt {
             Ok(Settled::Posted { url, detail }) => {
@@ -216,6 +243,25 @@ impl Publication {
         }
         if let Err(e) = self.records.retire(id).await {
             tracing::warn!(task = %id, error = %e, "active-task index not updated");
+        }
+    }
+
+    /// Gives up this replica's claim on task `id`'s publication, so any replica's sweeper may
+    /// start it again; the task's marker keeps a half-done attempt from posting twice.
+    async fn release(&self, id: &str) {
+        let released = self
+            .records
+            .update(id, |t| {
+                if let Some(p) = &mut t.publication
+                    && p.state == PublicationState::Pending
+                {
+                    p.claimed_until_unix_ms = 0;
+                }
+                Effects::default()
+            })
+            .await;
+        if let Err(e) = released {
+            tracing::warn!(task = %id, error = %e, "publication claim not released; it lapses");
         }
     }
 

@@ -427,3 +427,27 @@ async fn an_issue_analysis_posts_one_comment_and_only_labels_the_repository_defi
         "issues have no commit status"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stopping_scheduler_gives_its_claim_back_and_posts_nothing() {
+    let fx = Fixture::new();
+    let (task, item) = running_review(&fx, HEAD).await;
+    fx.settle().await;
+    fx.stop.cancel();
+
+    let ended = finish(&fx, &task, ok(answer("approve", &[]))).await;
+
+    let p = publication(&ended);
+    assert_eq!(p.state, PublicationState::Pending, "{p:?}");
+    assert_eq!(
+        p.claimed_until_unix_ms, 0,
+        "another replica may take it at once"
+    );
+    assert!(host(&fx).reviews(&item).is_empty());
+    let stall = u64::try_from(STALL_AFTER.as_millis()).unwrap();
+    tokio::time::advance(STALL_AFTER + Duration::from_secs(1)).await;
+    assert_eq!(
+        chore(&fx.load(&task.id).await, fx.now(), stall),
+        Chore::Publish
+    );
+}
