@@ -27,6 +27,7 @@ use verdict_scheduler::pipeline::{PipelineSettings, StageSettings};
 use verdict_scheduler::publication::PublishSettings;
 use verdict_worker::consumer::{Consumer, ConsumerSettings};
 use verdict_worker::executor::{ExecutorDeps, ProviderRegistry, StageExecutor};
+use verdict_worker::journal::LocalFallback;
 use verdict_worker::metrics::WorkerMetrics;
 use verdict_worker::provider::{self, ProviderBuildError};
 
@@ -161,7 +162,9 @@ impl Assembly {
                 providers,
                 repositories: b.repositories.clone(),
                 inputs: store.clone(),
-                journal: store.clone(),
+                // Responses are also kept in this process's memory, so a stage it runs again
+                // after Redis could not be written still answers from what was paid for.
+                journal: Arc::new(LocalFallback::new(store.clone(), JOURNAL_MEMORY_ENTRIES)),
                 transcripts: store.clone(),
                 events: store.clone(),
                 metrics: self.worker_metrics()?,
@@ -251,6 +254,7 @@ fn consumer_settings(config: &Config, worker_id: String) -> ConsumerSettings {
         max_requeues: config.broker.max_requeues,
         message_max_bytes: config.broker.message_max_bytes,
         claim_ttl: config.worker.claim_ttl,
+        record_retry: config.worker.record_retry,
         shutdown_grace: config.worker.shutdown_grace,
     }
 }
@@ -315,6 +319,10 @@ pub fn open_github(config: &Config) -> Result<Option<Arc<GitHubPublisher>>, Wiri
     }
     Ok(Some(Arc::new(GitHubPublisher::new(settings)?)))
 }
+
+/// Provider responses each worker process keeps in memory besides the shared journal (a few KB
+/// each): enough for every call of its in-flight stages.
+const JOURNAL_MEMORY_ENTRIES: usize = 4096;
 
 /// How many processes of one role may share a `worker.cache_dir`, each in its own slot.
 const CACHE_SLOTS: usize = 64;

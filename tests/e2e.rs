@@ -390,9 +390,13 @@ async fn the_same_stage_delivered_twice_calls_the_provider_once() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let duplicates =
-        deliveries(&pool, "already_done").await + deliveries(&pool, "running_elsewhere").await;
-    assert_eq!(duplicates, 2, "both duplicates were recognised");
+    // The first duplicate arrived while the stage ran: deferred until the claim would lapse
+    // (never dropped); the second found the result.
+    let recognised = deliveries(&pool, "already_done").await + deliveries(&pool, "deferred").await;
+    assert!(
+        recognised >= 2,
+        "both duplicates were recognised: {recognised}"
+    );
     assert_eq!(deliveries(&pool, "executed").await, 1);
     assert_eq!(
         pool.fake.requests_for(scenario::REVIEW).len(),

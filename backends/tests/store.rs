@@ -24,7 +24,8 @@ use verdict_backends::store::memory::MemoryStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_backends::store::{
     CancelSignals, Claim, DocumentStore, EventLog, EventSink, InputError, InputStore,
-    ResponseJournal, ResultStore, StoreError, TranscriptStore, content_hash, event, resolve,
+    ResponseJournal, ResultStore, StageState, StoreError, TranscriptStore, content_hash, event,
+    resolve,
 };
 use verdict_proto::chat::{ChatResponse, FinishReason, TokenUsage};
 use verdict_proto::outcome::{FailureKind, StageOutcome};
@@ -150,9 +151,16 @@ async fn check_claims(store: &dyn ResultStore) {
         Claim::Acquired
     );
     assert_eq!(
-        store.claim("t1", "s", "b", ttl).await.unwrap(),
-        Claim::HeldBy("a".into())
+        store.claim("t1", "s", "b", ttl).await.unwrap().holder(),
+        Some("a")
     );
+    // A holder's claim says how long it lasts, so a redelivery knows when to come back.
+    match store.claim("t1", "s", "b", ttl).await.unwrap() {
+        Claim::HeldBy { expires_in, .. } => {
+            assert!(expires_in <= ttl && expires_in > ttl / 2, "{expires_in:?}");
+        }
+        other => panic!("{other:?}"),
+    }
     // Renewal by the holder.
     assert_eq!(
         store.claim("t1", "s", "a", ttl).await.unwrap(),
@@ -166,8 +174,8 @@ async fn check_claims(store: &dyn ResultStore) {
     // Only the owner releases.
     store.release("t1", "s", "b").await.unwrap();
     assert_eq!(
-        store.claim("t1", "s", "b", ttl).await.unwrap(),
-        Claim::HeldBy("a".into())
+        store.claim("t1", "s", "b", ttl).await.unwrap().holder(),
+        Some("a")
     );
     store.release("t1", "s", "a").await.unwrap();
     assert_eq!(
@@ -192,13 +200,39 @@ async fn check_claim_expiry(store: &dyn ResultStore) {
         Claim::Acquired
     );
     assert_eq!(
-        store.claim("t2", "s", "b", ttl).await.unwrap(),
-        Claim::HeldBy("a".into())
+        store.claim("t2", "s", "b", ttl).await.unwrap().holder(),
+        Some("a")
     );
     eventually("the claim to expire", || async {
         store.claim("t2", "s", "b", ttl).await.unwrap() == Claim::Acquired
     })
     .await;
+}
+
+async fn check_inspect(store: &dyn ResultStore) {
+    let ttl = Duration::from_secs(60);
+    assert_eq!(store.inspect("t4", "s").await.unwrap(), StageState::Free);
+    store.claim("t4", "s", "a", ttl).await.unwrap();
+    match store.inspect("t4", "s").await.unwrap() {
+        StageState::Held { owner, expires_in } => {
+            assert_eq!(owner, "a");
+            assert!(expires_in <= ttl && expires_in > ttl / 2, "{expires_in:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Reading changes nothing: the holder keeps its claim, nobody else gets one.
+    assert_eq!(
+        store.claim("t4", "s", "b", ttl).await.unwrap().holder(),
+        Some("a")
+    );
+    store.release("t4", "s", "a").await.unwrap();
+    assert_eq!(store.inspect("t4", "s").await.unwrap(), StageState::Free);
+    let done = stage_result("t4", "s", 9);
+    store.record(&done).await.unwrap();
+    assert_eq!(
+        store.inspect("t4", "s").await.unwrap(),
+        StageState::Done(Box::new(done))
+    );
 }
 
 async fn check_record_first_wins(store: &dyn ResultStore) {
@@ -534,6 +568,7 @@ async fn memory_claims() {
     let store = MemoryStore::new();
     check_claims(&store).await;
     check_claim_expiry(&store).await;
+    check_inspect(&store).await;
     check_record_first_wins(&store).await;
 }
 
@@ -542,6 +577,7 @@ async fn redis_claims() {
     let f = RedisFixture::new().await;
     check_claims(&f.store).await;
     check_claim_expiry(&f.store).await;
+    check_inspect(&f.store).await;
     check_record_first_wins(&f.store).await;
     let ttl = f.pttl("result:t3:s").await;
     assert!(ttl > 0, "result TTL {ttl}");

@@ -70,7 +70,10 @@ pub(super) const CACHE_DIR: &str = "/var/cache/verdict";
 pub(super) const SNAPSHOT_CACHE_BYTES: i64 = 10 << 30;
 pub(super) const METRICS_LISTEN: &str = "0.0.0.0:9090";
 pub(super) const SHUTDOWN_GRACE_SECONDS: i64 = 60;
-pub(super) const CLAIM_TTL_SECONDS: i64 = 60;
+/// Short, because a dead worker's stages wait this long at most before another takes them over;
+/// renewed every third of it while a stage runs.
+pub(super) const CLAIM_TTL_SECONDS: i64 = 15;
+pub(super) const RECORD_RETRY_SECONDS: i64 = 300;
 /// A claim is renewed every third of its TTL; below this, renewals would flood the store.
 pub(super) const MIN_CLAIM_TTL_SECONDS: i64 = 3;
 

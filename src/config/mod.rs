@@ -205,6 +205,8 @@ pub struct WorkerConfig {
     /// How long a worker's claim on a running stage lasts without renewal (renewed every third
     /// of it): after a worker dies, its stages wait this long before another may run them.
     pub claim_ttl: Duration,
+    /// How long a finished stage's result is held, recording retried, while Redis is down.
+    pub record_retry: Duration,
 }
 
 /// `[scheduler]`: the sweeper that restarts what a crashed replica left behind.

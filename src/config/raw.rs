@@ -159,6 +159,7 @@ table! {
         metrics_listen: Str,
         shutdown_grace_seconds: Int,
         claim_ttl_seconds: Int,
+        record_retry_seconds: Int,
     }
 }
 

@@ -80,7 +80,8 @@ fn defaults() {
     assert_eq!(c.worker.snapshot_cache_bytes, 10 << 30);
     assert_eq!(c.worker.metrics_listen.to_string(), "0.0.0.0:9090");
     assert_eq!(c.worker.shutdown_grace, Duration::from_secs(60));
-    assert_eq!(c.worker.claim_ttl, Duration::from_secs(60));
+    assert_eq!(c.worker.claim_ttl, Duration::from_secs(15));
+    assert_eq!(c.worker.record_retry, Duration::from_secs(300));
     assert_eq!(c.scheduler.sweep_interval, Duration::from_secs(10));
     assert_eq!(c.scheduler.stall_after, Duration::from_secs(30));
     assert_eq!(c.retry, verdict_worker::retry::RetryPolicy::default());
@@ -816,7 +817,7 @@ fn unknown_keys_list_the_valid_ones() {
     let e = err(&format!("[worker]\nconcurency = 4\n{BASE}"), &[]);
     assert_eq!(
         e,
-        "config key worker.concurency is unknown (did you mean `concurrency`?); valid keys in [worker]: concurrency, bulk_concurrency, cache_dir, snapshot_cache_bytes, metrics_listen, shutdown_grace_seconds, claim_ttl_seconds"
+        "config key worker.concurency is unknown (did you mean `concurrency`?); valid keys in [worker]: concurrency, bulk_concurrency, cache_dir, snapshot_cache_bytes, metrics_listen, shutdown_grace_seconds, claim_ttl_seconds, record_retry_seconds"
     );
     let e = err(&format!("colour = 1\n{BASE}"), &[]);
     assert_eq!(

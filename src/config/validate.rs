@@ -813,6 +813,12 @@ fn worker(
             d::CLAIM_TTL_SECONDS,
             d::MIN_CLAIM_TTL_SECONDS,
         )?,
+        record_retry: ctx.seconds(
+            "worker.record_retry_seconds",
+            raw.record_retry_seconds,
+            d::RECORD_RETRY_SECONDS,
+            0,
+        )?,
     })
 }
 

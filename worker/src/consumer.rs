@@ -1,8 +1,17 @@
 //! The worker process loop: stage requests from the broker to the executor and results back,
-//! effectively once (SPEC E7, Q1, Q4): claim before running, record before acknowledging,
+//! effectively once (SPEC E7, Q1, Q4, R1): claim before running, record before acknowledging,
 //! requeue with delay instead of holding a slot, dead-letter what cannot be read, stop cleanly.
+//!
+//! A claim is a lease: short, renewed while the stage runs, so it outlives its worker by at most
+//! one TTL. A delivery is never acknowledged away while its stage is unfinished: a redelivery
+//! that finds another worker's live claim — the worker may be running it, or may have died with
+//! the claim not yet expired — is *deferred*: published again for when that claim would have
+//! lapsed, so it takes the stage over if nobody renewed it, or finds the result. A store that
+//! cannot be reached defers the same way. A result that cannot be recorded is held, with its
+//! delivery, and recorded again until the store returns (bounded), so the provider is not paid
+//! again for it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -30,7 +39,11 @@ pub struct ConsumerSettings {
     /// Largest stage request accepted; larger ones are dead-lettered (SPEC R2).
     pub message_max_bytes: usize,
     /// How long a claim lasts without renewal; renewed every third of it while a stage runs.
+    /// A dead worker's stages are taken over at most this long after it stopped renewing.
     pub claim_ttl: Duration,
+    /// How long a finished stage's result is held, and recording retried, while the state store
+    /// is unreachable, before the stage is deferred for later (its responses stay journaled).
+    pub record_retry: Duration,
     /// On shutdown, how long in-flight stages may take to finish before they are cancelled and
     /// given back to the queue (SPEC Q4).
     pub shutdown_grace: Duration,
@@ -51,6 +64,9 @@ struct Inner {
     settings: ConsumerSettings,
     /// Cancellation tokens of running stages, by task id, each with a unique number.
     running: Mutex<HashMap<String, Vec<(u64, CancellationToken)>>>,
+    /// The (task, stage) pairs this process is running: a second delivery of one of them (the
+    /// broker redelivers after a channel recovery) is deferred, not run twice side by side.
+    in_flight: Mutex<HashSet<(String, String)>>,
     next_run: std::sync::atomic::AtomicU64,
 }
 
@@ -70,6 +86,7 @@ impl Consumer {
                 cancels,
                 settings,
                 running: Mutex::new(HashMap::new()),
+                in_flight: Mutex::new(HashSet::new()),
                 next_run: std::sync::atomic::AtomicU64::new(0),
             }),
         }
@@ -206,6 +223,35 @@ impl Consumer {
             settle(delivery, Settle::Ack).await;
             return;
         }
+        let key = (task.clone(), stage.clone());
+        if !self.lock_in_flight().insert(key.clone()) {
+            tracing::info!("stage already running in this process; deferring this delivery");
+            self.count("deferred");
+            let settle_as = self.publish_later(&request, s.claim_ttl, false).await;
+            settle(delivery, settle_as).await;
+            return;
+        }
+        self.run_claimed(delivery, request, hard_stop).await;
+        self.lock_in_flight().remove(&key);
+    }
+
+    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String)>> {
+        self.inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Claims the stage, then runs it, records and publishes its result, and settles the
+    /// delivery (or defers it, when the stage is held elsewhere or the store is unreachable).
+    async fn run_claimed(
+        &self,
+        delivery: Delivery,
+        request: StageRequest,
+        hard_stop: CancellationToken,
+    ) {
+        let s = &self.inner.settings;
+        let (task, stage) = (request.task_id.clone(), request.stage_id.clone());
         match self
             .inner
             .results
@@ -224,29 +270,43 @@ impl Consumer {
                 settle(delivery, settle_as).await;
                 return;
             }
-            Ok(Claim::HeldBy(owner)) => {
-                // A duplicate of a stage another live worker is running; its delivery stays
-                // unacknowledged there and comes back if that worker dies.
-                tracing::info!(%owner, "stage already running elsewhere; dropping the duplicate delivery");
-                self.count("running_elsewhere");
-                settle(delivery, Settle::Ack).await;
+            Ok(Claim::HeldBy { owner, expires_in }) => {
+                // Another worker's live claim: it is running the stage, or it died and its
+                // lease has not lapsed yet. This copy comes back when the lease would have
+                // lapsed — never dropped, or a dead worker's stage would be lost.
+                tracing::info!(%owner, ?expires_in, "stage held by another worker; deferring this delivery");
+                self.count("deferred");
+                let delay = expires_in + s.claim_ttl / 3 + jitter(s.claim_ttl / 3);
+                let settle_as = self.publish_later(&request, delay, false).await;
+                settle(delivery, settle_as).await;
                 return;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot claim the stage; giving the message back");
+                // The store is unreachable: try again in a while, without growing the
+                // delivery count towards the dead-letter limit.
+                tracing::warn!(error = %e, "cannot claim the stage; deferring it");
                 self.count("given_back");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                settle(delivery, Settle::Requeue).await;
+                let delay = s.claim_ttl / 3 + jitter(s.claim_ttl / 3);
+                let settle_as = self.publish_later(&request, delay, false).await;
+                settle(delivery, settle_as).await;
                 return;
             }
         }
 
         let token = hard_stop.child_token();
         let run = self.track(&task, &token);
-        let renewer = self.renew_claim(&task, &stage, token.clone());
+        let lease = self.renew_claim(&task, &stage, token.clone());
         let execution = self.inner.executor.execute(&request, &token).await;
-        renewer.cancel();
         self.untrack(&task, run);
+        if lease.lost.is_cancelled() {
+            // Another worker took the stage over (this one could not renew its lease in time):
+            // it runs the stage from its own delivery, and whichever result is recorded first
+            // wins. This delivery is a duplicate now.
+            lease.stop.cancel();
+            self.count("taken_over");
+            settle(delivery, Settle::Ack).await;
+            return;
+        }
 
         let shutdown_cancelled = hard_stop.is_cancelled()
             && matches!(
@@ -272,10 +332,12 @@ impl Consumer {
             // Q4: not a task cancellation — give the stage back for another worker.
             Settle::Requeue
         } else if let Some(delay) = requeue {
-            self.requeue_later(&request, delay).await
+            self.publish_later(&request, delay, true).await
         } else {
-            self.finish(&execution.result).await
+            self.finish(&request, &execution.result).await
         };
+        // The lease is kept until the result is recorded (or the stage deferred).
+        lease.stop.cancel();
         if let Err(e) = self
             .inner
             .results
@@ -288,13 +350,27 @@ impl Consumer {
     }
 
     /// Records the result (first write wins), then publishes the stored one. Only a recorded
-    /// result is acknowledged: if recording fails, the delivery goes back to the queue.
-    async fn finish(&self, result: &StageResult) -> Settle {
-        let stored = match self.inner.results.record(result).await {
-            Ok(stored) => stored,
-            Err(e) => {
-                tracing::warn!(error = %e, "result not recorded; the stage will be redelivered");
-                return Settle::Requeue;
+    /// result is acknowledged. While the store is unreachable the result is held and recording
+    /// retried (with the delivery unacknowledged and the lease renewed) for
+    /// [`ConsumerSettings::record_retry`]; after that the stage is deferred, and its re-run
+    /// answers from the response journal instead of paying the provider again.
+    async fn finish(&self, request: &StageRequest, result: &StageResult) -> Settle {
+        let s = &self.inner.settings;
+        let deadline = tokio::time::Instant::now() + s.record_retry;
+        let mut wait = Duration::from_millis(200);
+        let stored = loop {
+            match self.inner.results.record(result).await {
+                Ok(stored) => break stored,
+                Err(e) if e.is_retryable() && tokio::time::Instant::now() + wait < deadline => {
+                    tracing::warn!(error = %e, "result not recorded; holding it and retrying");
+                    self.count("record_retried");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "result not recorded; deferring the stage");
+                    return self.publish_later(request, s.claim_ttl, false).await;
+                }
             }
         };
         match self.publish_result(&stored).await {
@@ -320,10 +396,15 @@ impl Consumer {
         published
     }
 
-    /// E5: a long wait is spent in a delay queue, not in a worker slot.
-    async fn requeue_later(&self, request: &StageRequest, delay: Duration) -> Settle {
+    /// The request published again to come back after `delay`, then this delivery acknowledged
+    /// (so a deferral never counts towards the queue's delivery limit). `retry`: a new attempt
+    /// after a retryable failure (E5: a long wait spent in a delay queue, not in a worker slot),
+    /// counted and announced; otherwise the same attempt, deferred.
+    async fn publish_later(&self, request: &StageRequest, delay: Duration, retry: bool) -> Settle {
         let mut next = request.clone();
-        next.attempt += 1;
+        if retry {
+            next.attempt += 1;
+        }
         let Ok(body) = wire::encode(&next) else {
             return Settle::Requeue;
         };
@@ -335,62 +416,69 @@ impl Consumer {
             .headers
             .insert("x-verdict-task".into(), next.task_id.clone());
         verdict_backends::trace::inject(&mut message.headers);
-        match self
+        let published = self
             .inner
             .broker
             .publish_delayed(Route::Stages(next.priority), &message, delay)
-            .await
-        {
-            Ok(()) => {
-                let mut e = verdict_backends::store::event(
-                    &next.task_id,
-                    Some(&next.stage_id),
-                    self.inner.executor.deps().clock.now_unix_ms(),
-                    EventType::StageRetry,
-                    format!(
-                        "Stage {} will be retried in {} s (attempt {}).",
-                        next.stage_id,
-                        delay.as_secs(),
-                        next.attempt
-                    ),
-                );
-                e.data = serde_json::json!({"delay_ms": delay.as_millis() as u64, "attempt": next.attempt});
-                self.inner.executor.deps().events.emit(e).await;
-                Settle::Ack
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "delayed requeue failed; giving the message back now");
-                Settle::Requeue
-            }
+            .await;
+        if let Err(e) = published {
+            tracing::warn!(error = %e, "delayed requeue failed; giving the message back now");
+            return Settle::Requeue;
         }
+        if retry {
+            let mut e = verdict_backends::store::event(
+                &next.task_id,
+                Some(&next.stage_id),
+                self.inner.executor.deps().clock.now_unix_ms(),
+                EventType::StageRetry,
+                format!(
+                    "Stage {} will be retried in {} s (attempt {}).",
+                    next.stage_id,
+                    delay.as_secs(),
+                    next.attempt
+                ),
+            );
+            e.data =
+                serde_json::json!({"delay_ms": delay.as_millis() as u64, "attempt": next.attempt});
+            self.inner.executor.deps().events.emit(e).await;
+        }
+        Settle::Ack
     }
 
-    /// Keeps the claim alive while the stage runs.
-    fn renew_claim(
-        &self,
-        task: &str,
-        stage: &str,
-        running: CancellationToken,
-    ) -> CancellationToken {
-        let stop = CancellationToken::new();
+    /// Keeps the claim alive while the stage runs and until its result is recorded. When a
+    /// renewal finds another worker holding the claim (this worker could not renew in time and
+    /// the stage was taken over), the run is cancelled and `lost` fires.
+    fn renew_claim(&self, task: &str, stage: &str, running: CancellationToken) -> Lease {
+        let lease = Lease {
+            stop: CancellationToken::new(),
+            lost: CancellationToken::new(),
+        };
         let this = self.clone();
-        let (task, stage, stop_inner) = (task.to_owned(), stage.to_owned(), stop.clone());
+        let (task, stage) = (task.to_owned(), stage.to_owned());
+        let (stop, lost) = (lease.stop.clone(), lease.lost.clone());
         let every = this.inner.settings.claim_ttl / 3;
         tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    () = stop_inner.cancelled() => return,
-                    () = running.cancelled() => return,
+                    () = stop.cancelled() => return,
                     () = tokio::time::sleep(every) => {
                         let s = &this.inner.settings;
-                        if let Err(e) = this.inner.results.claim(&task, &stage, &s.worker_id, s.claim_ttl).await {
-                            tracing::warn!(error = %e, "claim renewal failed");
+                        match this.inner.results.claim(&task, &stage, &s.worker_id, s.claim_ttl).await {
+                            Ok(Claim::HeldBy { owner, .. }) => {
+                                tracing::warn!(%owner, "the stage was taken over by another worker; stopping it here");
+                                lost.cancel();
+                                running.cancel();
+                                return;
+                            }
+                            // Done: recorded by a duplicate; this run's result loses the race.
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!(error = %e, "claim renewal failed"),
                         }
                     }
                 }
             }
         });
-        stop
+        lease
     }
 
     fn track(&self, task: &str, token: &CancellationToken) -> u64 {
@@ -423,6 +511,19 @@ impl Consumer {
             }
         }
     }
+}
+
+/// A running stage's claim renewal: `stop` ends it; `lost` fires when another worker took the
+/// stage over.
+struct Lease {
+    stop: CancellationToken,
+    lost: CancellationToken,
+}
+
+/// A uniformly random duration in `[0, max]`, so deferred copies of many stages do not all come
+/// back at once.
+fn jitter(max: Duration) -> Duration {
+    crate::retry::full_jitter(max)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,13 @@
 //! replays the same conversation reuses every answer it already paid for, and one whose
 //! conversation diverged (the deadline passed meanwhile) pays only for the new calls.
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
 use sha2::{Digest, Sha256};
+use verdict_backends::BoxFuture;
+use verdict_backends::store::{JournalError, ResponseJournal};
+use verdict_proto::chat::ChatResponse;
 
 use crate::provider::ChatRequest;
 
@@ -32,10 +38,144 @@ pub fn call_key(
     format!("{task_id}/{stage_id}/{provider}/{hex}")
 }
 
+/// The shared journal, backed by the process's memory: every response is also kept here (the
+/// last `capacity` ones), so a stage this process runs again — after the shared journal (Redis)
+/// could not be written or read — still answers from what was paid for. A response written only
+/// here is written to the shared journal again when it is next read, once that answers.
+#[derive(Debug)]
+pub struct LocalFallback {
+    shared: Arc<dyn ResponseJournal>,
+    local: Mutex<Local>,
+}
+
+#[derive(Debug, Default)]
+struct Local {
+    responses: HashMap<String, ChatResponse>,
+    order: VecDeque<String>,
+    capacity: usize,
+}
+
+impl LocalFallback {
+    pub fn new(shared: Arc<dyn ResponseJournal>, capacity: usize) -> LocalFallback {
+        LocalFallback {
+            shared,
+            local: Mutex::new(Local {
+                capacity: capacity.max(1),
+                ..Local::default()
+            }),
+        }
+    }
+
+    fn remember(&self, key: &str, response: &ChatResponse) {
+        let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+        if local
+            .responses
+            .insert(key.to_owned(), response.clone())
+            .is_none()
+        {
+            local.order.push_back(key.to_owned());
+        }
+        while local.order.len() > local.capacity {
+            if let Some(oldest) = local.order.pop_front() {
+                local.responses.remove(&oldest);
+            }
+        }
+    }
+
+    fn recall(&self, key: &str) -> Option<ChatResponse> {
+        let local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+        local.responses.get(key).cloned()
+    }
+}
+
+impl ResponseJournal for LocalFallback {
+    fn get<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ChatResponse>, JournalError>> {
+        Box::pin(async move {
+            if let Some(response) = self.recall(key) {
+                // Best effort: the shared journal may have missed it while it was down.
+                if let Err(e) = self.shared.put(key, &response).await {
+                    tracing::debug!(error = %e, "journal entry kept in memory only");
+                }
+                return Ok(Some(response));
+            }
+            self.shared.get(key).await
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        key: &'a str,
+        response: &'a ChatResponse,
+    ) -> BoxFuture<'a, Result<(), JournalError>> {
+        Box::pin(async move {
+            self.remember(key, response);
+            self.shared.put(key, response).await
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::provider::{Message, ToolChoice};
+
+    /// A shared journal that is down.
+    #[derive(Debug)]
+    struct Down;
+
+    impl ResponseJournal for Down {
+        fn get<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Option<ChatResponse>, JournalError>> {
+            Box::pin(async { Err(JournalError("connection refused".into())) })
+        }
+        fn put<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a ChatResponse,
+        ) -> BoxFuture<'a, Result<(), JournalError>> {
+            Box::pin(async { Err(JournalError("connection refused".into())) })
+        }
+    }
+
+    fn response(text: &str) -> ChatResponse {
+        ChatResponse {
+            content: text.to_owned(),
+            tool_calls: Vec::new(),
+            finish: verdict_proto::chat::FinishReason::Stop,
+            usage: Default::default(),
+            raw: String::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn responses_paid_for_while_the_shared_journal_is_down_are_answered_from_memory() {
+        let journal = LocalFallback::new(Arc::new(Down), 2);
+        assert!(
+            journal.put("a", &response("A")).await.is_err(),
+            "the shared write failed"
+        );
+        assert_eq!(journal.get("a").await.unwrap(), Some(response("A")));
+        journal.put("b", &response("B")).await.ok();
+        journal.put("c", &response("C")).await.ok();
+        assert!(
+            journal.get("a").await.is_err(),
+            "the oldest left memory; the shared journal is asked"
+        );
+        assert_eq!(journal.get("c").await.unwrap(), Some(response("C")));
+        let shared = Arc::new(verdict_backends::store::memory::MemoryStore::new());
+        let journal = LocalFallback::new(shared.clone(), 8);
+        journal.put("k", &response("K")).await.unwrap();
+        assert_eq!(
+            shared.get("k").await.unwrap(),
+            Some(response("K")),
+            "written through"
+        );
+    }
 
     fn request(token: &str) -> ChatRequest {
         ChatRequest {

@@ -56,8 +56,11 @@ pub struct WorkerMetrics {
     /// `unlocated` (demoted: the model pointed at nothing).
     pub findings_grounded: IntCounterVec,
     /// `verdict_stage_deliveries_total{result}`: what the consumer did with each delivery —
-    /// `executed`, `requeued_later` (retry with delay), `given_back` (requeued now: shutdown or a
-    /// store outage), `already_done` (result recorded: republished), `running_elsewhere`,
+    /// `executed`, `requeued_later` (retry with delay), `given_back` (shutdown, or the store
+    /// unreachable when claiming: deferred), `already_done` (result recorded: republished),
+    /// `deferred` (another worker's live claim, or a second copy in this process: published
+    /// again for when the claim would lapse), `taken_over` (this worker lost its lease to
+    /// another), `record_retried` (a result held while the store was unreachable),
     /// `task_cancelled`, `poison` (dead-lettered).
     pub deliveries: IntCounterVec,
 }

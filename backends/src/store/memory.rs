@@ -16,8 +16,8 @@ use verdict_proto::wire::{EventType, ProgressEvent, StageResult};
 
 use super::{
     CancelSignals, Claim, DocumentStore, EventLog, EventSink, InputError, InputStore, JournalError,
-    ResponseJournal, ResultStore, StoreError, StoredEvent, TranscriptError, TranscriptStore,
-    Versioned, content_hash,
+    ResponseJournal, ResultStore, StageState, StoreError, StoredEvent, TranscriptError,
+    TranscriptStore, Versioned, content_hash,
 };
 use crate::BoxFuture;
 
@@ -142,10 +142,29 @@ impl MemoryStore {
             && *expires > now
             && holder != owner
         {
-            return Claim::HeldBy(holder.clone());
+            return Claim::HeldBy {
+                owner: holder.clone(),
+                expires_in: *expires - now,
+            };
         }
         state.claims.insert(key, (owner.to_owned(), now + ttl));
         Claim::Acquired
+    }
+
+    fn inspect_now(&self, task_id: &str, stage_id: &str) -> StageState {
+        let key = (task_id.to_owned(), stage_id.to_owned());
+        let state = self.state();
+        if let Some(result) = state.results.get(&key) {
+            return StageState::Done(Box::new(result.clone()));
+        }
+        let now = Instant::now();
+        match state.claims.get(&key) {
+            Some((holder, expires)) if *expires > now => StageState::Held {
+                owner: holder.clone(),
+                expires_in: *expires - now,
+            },
+            _ => StageState::Free,
+        }
     }
 
     fn append_now(&self, event: &ProgressEvent) -> String {
@@ -264,6 +283,15 @@ impl ResultStore for MemoryStore {
             state.claims.remove(&key);
         }
         Box::pin(async { Ok(()) })
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        task_id: &'a str,
+        stage_id: &'a str,
+    ) -> BoxFuture<'a, Result<StageState, StoreError>> {
+        let state = self.inspect_now(task_id, stage_id);
+        Box::pin(async move { Ok(state) })
     }
 
     fn record<'a>(
@@ -480,7 +508,11 @@ mod tests {
         tokio::time::advance(Duration::from_secs(299)).await;
         assert_eq!(
             store.claim("t", "s", "b", ttl).await.unwrap(),
-            Claim::HeldBy("a".into())
+            Claim::HeldBy {
+                owner: "a".into(),
+                expires_in: Duration::from_secs(1)
+            },
+            "the holder's claim has one second left"
         );
         // Renewal by the holder restarts its TTL.
         assert_eq!(
@@ -489,8 +521,8 @@ mod tests {
         );
         tokio::time::advance(Duration::from_secs(299)).await;
         assert_eq!(
-            store.claim("t", "s", "b", ttl).await.unwrap(),
-            Claim::HeldBy("a".into())
+            store.claim("t", "s", "b", ttl).await.unwrap().holder(),
+            Some("a")
         );
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(

@@ -50,8 +50,31 @@ pub enum Claim {
     Acquired,
     /// The stage already has a recorded result: do not run it again (E7); republish this.
     Done(Box<StageResult>),
-    /// Another live worker is running it (its claim has not expired).
-    HeldBy(String),
+    /// Another live worker is running it: its claim (a lease it renews while it runs) lasts
+    /// `expires_in` more unless renewed. A redelivery that finds it comes back after that, and
+    /// takes the stage over if the holder stopped renewing (it died).
+    HeldBy { owner: String, expires_in: Duration },
+}
+
+impl Claim {
+    /// The holder of a live claim, if another worker holds one.
+    pub fn holder(&self) -> Option<&str> {
+        match self {
+            Claim::HeldBy { owner, .. } => Some(owner),
+            _ => None,
+        }
+    }
+}
+
+/// Where a stage stands, as [`ResultStore::inspect`] reads it without changing anything.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StageState {
+    /// Its result is recorded.
+    Done(Box<StageResult>),
+    /// A worker holds a live claim on it for `expires_in` more.
+    Held { owner: String, expires_in: Duration },
+    /// Nobody runs it and it has no result: waiting in a queue, or lost.
+    Free,
 }
 
 /// Stage claims and results: what makes at-least-once delivery effectively once (SPEC E7).
@@ -86,6 +109,14 @@ pub trait ResultStore: Send + Sync + std::fmt::Debug {
         task_id: &'a str,
         stage_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<StageResult>, StoreError>>;
+
+    /// Whether `(task, stage)` has a result, a live claim, or neither; changes nothing (the
+    /// scheduler's sweeper reads it to find stages that were published and then lost).
+    fn inspect<'a>(
+        &'a self,
+        task_id: &'a str,
+        stage_id: &'a str,
+    ) -> BoxFuture<'a, Result<StageState, StoreError>>;
 }
 
 /// One stored event with its position in the task's stream.

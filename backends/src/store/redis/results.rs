@@ -9,19 +9,35 @@ use verdict_proto::wire::StageResult;
 
 use super::{RedisStore, Replay, decode, encode, millis};
 use crate::BoxFuture;
-use crate::store::{Claim, ResultStore, StoreError};
+use crate::store::{Claim, ResultStore, StageState, StoreError};
 
 /// KEYS: result, claim. ARGV: owner, claim TTL (ms).
-/// A recorded result wins; then a live claim of another owner; otherwise set or renew ours.
+/// A recorded result wins; then a live claim of another owner (with the milliseconds it has
+/// left); otherwise set or renew ours.
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local result = redis.call('GET', KEYS[1])
 if result then return {'done', result} end
 local holder = redis.call('GET', KEYS[2])
-if holder and holder ~= ARGV[1] then return {'held', holder} end
+if holder and holder ~= ARGV[1] then
+  return {'held', holder, tostring(redis.call('PTTL', KEYS[2]))}
+end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return {'acquired'}
+",
+    )
+});
+
+/// KEYS: result, claim. The same decision as [`CLAIM`], read only.
+static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local result = redis.call('GET', KEYS[1])
+if result then return {'done', result} end
+local holder = redis.call('GET', KEYS[2])
+if holder then return {'held', holder, tostring(redis.call('PTTL', KEYS[2]))} end
+return {'free'}
 ",
     )
 });
@@ -69,19 +85,24 @@ impl RedisStore {
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;
-        match reply.as_slice() {
-            [tag] if tag == b"acquired" => Ok(Claim::Acquired),
-            [tag, result] if tag == b"done" => {
-                Ok(Claim::Done(Box::new(decode(&result_key, result)?)))
-            }
-            [tag, holder] if tag == b"held" => {
-                Ok(Claim::HeldBy(String::from_utf8_lossy(holder).into_owned()))
-            }
-            _ => Err(StoreError::Corrupt {
-                key: claim_key,
-                reason: "the claim script returned an unexpected reply".into(),
-            }),
+        match read_state(&result_key, &claim_key, &reply)? {
+            StageState::Done(result) => Ok(Claim::Done(result)),
+            StageState::Held { owner, expires_in } => Ok(Claim::HeldBy { owner, expires_in }),
+            StageState::Free => Ok(Claim::Acquired),
         }
+    }
+
+    async fn inspect_stage(&self, task_id: &str, stage_id: &str) -> Result<StageState, StoreError> {
+        let result_key = self.stage_key("result", task_id, stage_id);
+        let claim_key = self.stage_key("claim", task_id, stage_id);
+        let reply: Vec<Vec<u8>> = self
+            .run("inspect stage", &claim_key, Replay::Safe, |mut conn| {
+                let mut invocation = INSPECT.key(&result_key);
+                invocation.key(&claim_key);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        read_state(&result_key, &claim_key, &reply)
     }
 
     async fn release_stage(
@@ -134,6 +155,36 @@ impl RedisStore {
     }
 }
 
+/// The reply of [`CLAIM`] or [`INSPECT`]: `acquired`/`free`, `done` with the result, or `held`
+/// with the holder and its claim's remaining milliseconds.
+fn read_state(
+    result_key: &str,
+    claim_key: &str,
+    reply: &[Vec<u8>],
+) -> Result<StageState, StoreError> {
+    match reply {
+        [tag] if tag == b"acquired" || tag == b"free" => Ok(StageState::Free),
+        [tag, result] if tag == b"done" => {
+            Ok(StageState::Done(Box::new(decode(result_key, result)?)))
+        }
+        [tag, holder, pttl] if tag == b"held" => {
+            // PTTL is -1 for a key without expiry (never written so) and -2 for one just gone.
+            let ms = String::from_utf8_lossy(pttl)
+                .parse::<i64>()
+                .unwrap_or(0)
+                .max(0);
+            Ok(StageState::Held {
+                owner: String::from_utf8_lossy(holder).into_owned(),
+                expires_in: Duration::from_millis(ms.unsigned_abs()),
+            })
+        }
+        _ => Err(StoreError::Corrupt {
+            key: claim_key.to_owned(),
+            reason: "the claim script returned an unexpected reply".into(),
+        }),
+    }
+}
+
 impl ResultStore for RedisStore {
     fn claim<'a>(
         &'a self,
@@ -167,5 +218,13 @@ impl ResultStore for RedisStore {
         stage_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<StageResult>, StoreError>> {
         Box::pin(self.get_result(task_id, stage_id))
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        task_id: &'a str,
+        stage_id: &'a str,
+    ) -> BoxFuture<'a, Result<StageState, StoreError>> {
+        Box::pin(self.inspect_stage(task_id, stage_id))
     }
 }

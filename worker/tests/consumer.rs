@@ -1,0 +1,352 @@
+//! The worker loop's ownership rules on the in-memory broker and store, on virtual time: a stage
+//! held by another worker's live claim is deferred and never acknowledged away, a dead worker's
+//! stage is taken over once its lease lapses, and a result the store cannot take yet is held and
+//! recorded later without paying the provider again (SPEC E7, R1).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use verdict_backends::BoxFuture;
+use verdict_backends::broker::memory::MemoryBroker;
+use verdict_backends::broker::{Broker, Message, Route};
+use verdict_backends::store::memory::MemoryStore;
+use verdict_backends::store::{Claim, ResultStore, StageState, StoreError};
+use verdict_proto::repair::RepairMode;
+use verdict_proto::wire::{self, Priority, StageKind, StageResult};
+use verdict_worker::consumer::{Consumer, ConsumerSettings};
+use verdict_worker::executor::ExecutorSettings;
+use verdict_worker::provider::scripted::Step;
+
+use common::{VALID_REVIEW, counter, far_future, request, rig};
+
+const TTL: Duration = Duration::from_secs(15);
+
+/// The store, with the next `claims` claims and `records` records failing as if Redis were down.
+#[derive(Debug)]
+struct Flaky {
+    store: Arc<MemoryStore>,
+    claims: AtomicUsize,
+    records: AtomicUsize,
+}
+
+impl Flaky {
+    fn new(store: Arc<MemoryStore>, claims: usize, records: usize) -> Flaky {
+        Flaky {
+            store,
+            claims: AtomicUsize::new(claims),
+            records: AtomicUsize::new(records),
+        }
+    }
+
+    fn fails(counter: &AtomicUsize) -> bool {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+fn down<T>() -> Result<T, StoreError> {
+    Err(StoreError::Unavailable("connection refused".into()))
+}
+
+impl ResultStore for Flaky {
+    fn claim<'a>(
+        &'a self,
+        task_id: &'a str,
+        stage_id: &'a str,
+        owner: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        if Flaky::fails(&self.claims) {
+            return Box::pin(async { down() });
+        }
+        self.store.claim(task_id, stage_id, owner, ttl)
+    }
+
+    fn release<'a>(
+        &'a self,
+        task_id: &'a str,
+        stage_id: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.store.release(task_id, stage_id, owner)
+    }
+
+    fn record<'a>(
+        &'a self,
+        result: &'a StageResult,
+    ) -> BoxFuture<'a, Result<StageResult, StoreError>> {
+        if Flaky::fails(&self.records) {
+            return Box::pin(async { down() });
+        }
+        self.store.record(result)
+    }
+
+    fn get<'a>(
+        &'a self,
+        task_id: &'a str,
+        stage_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StageResult>, StoreError>> {
+        self.store.get(task_id, stage_id)
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        task_id: &'a str,
+        stage_id: &'a str,
+    ) -> BoxFuture<'a, Result<StageState, StoreError>> {
+        self.store.inspect(task_id, stage_id)
+    }
+}
+
+struct Pool {
+    rig: common::Rig,
+    broker: Arc<MemoryBroker>,
+    results: Arc<Flaky>,
+    shutdown: CancellationToken,
+    running: tokio::task::JoinHandle<()>,
+}
+
+/// A consumer of one worker (`worker-b`) whose stages answer with a valid review, on a store
+/// whose first `claims`/`records` calls fail.
+fn pool(claims: usize, records: usize) -> Pool {
+    let rig = rig(vec![Step::text(VALID_REVIEW)], ExecutorSettings::default());
+    let broker = Arc::new(MemoryBroker::new());
+    let results = Arc::new(Flaky::new(rig.store.clone(), claims, records));
+    let consumer = Consumer::new(
+        rig.executor.clone(),
+        broker.clone(),
+        results.clone(),
+        rig.store.clone(),
+        ConsumerSettings {
+            worker_id: "worker-b".into(),
+            concurrency: 4,
+            bulk_concurrency: 0,
+            max_requeues: 2,
+            message_max_bytes: 1 << 20,
+            claim_ttl: TTL,
+            record_retry: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(1),
+        },
+    );
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let running = tokio::spawn(async move { consumer.run(stop).await.unwrap() });
+    Pool {
+        rig,
+        broker,
+        results,
+        shutdown,
+        running,
+    }
+}
+
+impl Pool {
+    async fn publish(&self, request: &verdict_proto::wire::StageRequest) {
+        let message = Message {
+            body: wire::encode(request).unwrap(),
+            headers: Default::default(),
+        };
+        self.broker
+            .publish(Route::Stages(Priority::Interactive), &message)
+            .await
+            .unwrap();
+    }
+
+    /// The next stage result the worker publishes.
+    async fn next_result(&self) -> StageResult {
+        let mut results = self.broker.consume(Route::Results, 1).await.unwrap();
+        let delivery = tokio::time::timeout(Duration::from_secs(600), results.next())
+            .await
+            .expect("a result within ten virtual minutes")
+            .unwrap();
+        let result = wire::decode(&delivery.message.body, 1 << 20).unwrap();
+        delivery.acker.ack().await.unwrap();
+        result
+    }
+
+    fn deliveries(&self, result: &str) -> f64 {
+        counter(
+            &self.rig.registry,
+            "verdict_stage_deliveries_total",
+            &[("result", result)],
+        )
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.broker.stop();
+        self.running.await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_workers_stage_is_deferred_then_taken_over_when_its_lease_lapses() {
+    let pool = pool(0, 0);
+    let stage = request(
+        StageKind::Review,
+        RepairMode::Conversation,
+        2,
+        far_future(&pool.rig),
+    );
+    // worker-a claimed the stage and was killed: nobody renews its claim.
+    assert_eq!(
+        pool.rig
+            .store
+            .claim(&stage.task_id, &stage.stage_id, "worker-a", TTL)
+            .await
+            .unwrap(),
+        Claim::Acquired
+    );
+    let claimed_at = tokio::time::Instant::now();
+    pool.publish(&stage).await;
+
+    let result = pool.next_result().await;
+
+    assert!(
+        tokio::time::Instant::now() - claimed_at >= TTL,
+        "run only after the dead worker's lease lapsed"
+    );
+    assert_eq!(result.stage_id, stage.stage_id);
+    assert!(
+        matches!(
+            result.outcome,
+            verdict_proto::outcome::StageOutcome::Ok { .. }
+        ),
+        "{:?}",
+        result.outcome
+    );
+    assert_eq!(pool.deliveries("deferred"), 1.0, "deferred, never dropped");
+    assert_eq!(pool.deliveries("executed"), 1.0);
+    assert_eq!(pool.rig.provider.requests().len(), 1);
+    assert!(
+        pool.rig
+            .store
+            .get(&stage.task_id, &stage.stage_id)
+            .await
+            .unwrap()
+            .is_some(),
+        "recorded"
+    );
+    pool.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stage_a_live_worker_finishes_is_not_run_again() {
+    let pool = pool(0, 0);
+    let stage = request(
+        StageKind::Review,
+        RepairMode::Conversation,
+        2,
+        far_future(&pool.rig),
+    );
+    pool.rig
+        .store
+        .claim(&stage.task_id, &stage.stage_id, "worker-a", TTL)
+        .await
+        .unwrap();
+    pool.publish(&stage).await;
+    // worker-a is alive: it finishes and records while the duplicate waits.
+    let mut done = pool.next_result_of_worker_a(&stage).await;
+    done.model = Some("from worker-a".into());
+    pool.rig.store.record(&done).await.unwrap();
+
+    let republished = pool.next_result().await;
+
+    assert_eq!(republished.model.as_deref(), Some("from worker-a"));
+    assert_eq!(pool.deliveries("deferred"), 1.0);
+    assert_eq!(pool.deliveries("already_done"), 1.0);
+    assert!(
+        pool.rig.provider.requests().is_empty(),
+        "never paid for twice"
+    );
+    pool.stop().await;
+}
+
+impl Pool {
+    /// What worker-a (simulated) records for `stage` once the duplicate was deferred.
+    async fn next_result_of_worker_a(
+        &self,
+        stage: &verdict_proto::wire::StageRequest,
+    ) -> StageResult {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while self.deliveries("deferred") < 1.0 {
+            assert!(tokio::time::Instant::now() < deadline, "not deferred");
+            tokio::task::yield_now().await;
+        }
+        StageResult {
+            version: verdict_proto::wire::WIRE_VERSION,
+            task_id: stage.task_id.clone(),
+            stage_id: stage.stage_id.clone(),
+            stage: stage.stage,
+            attempt: stage.attempt,
+            outcome: verdict_proto::outcome::StageOutcome::Ok {
+                value: serde_json::json!({}),
+                repaired: false,
+                attempts: 1,
+            },
+            usage: Default::default(),
+            started_unix_ms: 0,
+            finished_unix_ms: 0,
+            model: None,
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_result_the_store_cannot_take_yet_is_held_and_recorded_once_it_returns() {
+    let pool = pool(0, 3);
+    let stage = request(
+        StageKind::Review,
+        RepairMode::Conversation,
+        2,
+        far_future(&pool.rig),
+    );
+    pool.publish(&stage).await;
+
+    let result = pool.next_result().await;
+
+    assert_eq!(result.stage_id, stage.stage_id);
+    assert_eq!(pool.deliveries("record_retried"), 3.0);
+    assert_eq!(pool.deliveries("executed"), 1.0);
+    assert_eq!(pool.rig.provider.requests().len(), 1, "paid once");
+    assert!(
+        pool.results
+            .store
+            .get(&stage.task_id, &stage.stage_id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    pool.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_cannot_be_reached_when_claiming_defers_the_stage() {
+    let pool = pool(2, 0);
+    let stage = request(
+        StageKind::Review,
+        RepairMode::Conversation,
+        2,
+        far_future(&pool.rig),
+    );
+    pool.publish(&stage).await;
+
+    let result = pool.next_result().await;
+
+    assert_eq!(result.stage_id, stage.stage_id);
+    assert_eq!(pool.deliveries("given_back"), 2.0);
+    assert_eq!(pool.deliveries("executed"), 1.0);
+    assert_eq!(pool.rig.provider.requests().len(), 1);
+    assert!(
+        pool.broker.dead_letters().is_empty(),
+        "deferrals never count towards the dead-letter limit"
+    );
+    pool.stop().await;
+}
