@@ -27,12 +27,14 @@ use common::{VALID_REVIEW, counter, far_future, request, rig};
 
 const TTL: Duration = Duration::from_secs(15);
 
-/// The store, with the next `claims` claims and `records` records failing as if Redis were down.
+/// The store, with the next `claims` claims and `records` records failing as if Redis were down,
+/// and, while `renewals_down` is set, every claim by `worker-b` of a stage it already holds.
 #[derive(Debug)]
 struct Flaky {
     store: Arc<MemoryStore>,
     claims: AtomicUsize,
     records: AtomicUsize,
+    renewals_down: std::sync::atomic::AtomicBool,
 }
 
 impl Flaky {
@@ -41,6 +43,7 @@ impl Flaky {
             store,
             claims: AtomicUsize::new(claims),
             records: AtomicUsize::new(records),
+            renewals_down: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -64,6 +67,9 @@ impl ResultStore for Flaky {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
         if Flaky::fails(&self.claims) {
+            return Box::pin(async { down() });
+        }
+        if self.renewals_down.load(Ordering::SeqCst) && owner == "worker-b" {
             return Box::pin(async { down() });
         }
         self.store.claim(task_id, stage_id, owner, ttl)
@@ -116,7 +122,12 @@ struct Pool {
 /// A consumer of one worker (`worker-b`) whose stages answer with a valid review, on a store
 /// whose first `claims`/`records` calls fail.
 fn pool(claims: usize, records: usize) -> Pool {
-    let rig = rig(vec![Step::text(VALID_REVIEW)], ExecutorSettings::default());
+    pool_answering(claims, records, Step::text(VALID_REVIEW))
+}
+
+/// [`pool`], the stage answering with `answer`.
+fn pool_answering(claims: usize, records: usize, answer: Step) -> Pool {
+    let rig = rig(vec![answer], ExecutorSettings::default());
     let broker = Arc::new(MemoryBroker::new());
     let results = Arc::new(Flaky::new(rig.store.clone(), claims, records));
     let consumer = Consumer::new(
@@ -347,6 +358,75 @@ async fn a_store_that_cannot_be_reached_when_claiming_defers_the_stage() {
     assert!(
         pool.broker.dead_letters().is_empty(),
         "deferrals never count towards the dead-letter limit"
+    );
+    pool.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_lost_its_lease_stops_and_leaves_the_stage_to_its_new_owner() {
+    // A slow answer: the stage runs for a minute.
+    let slow = Step::After(Duration::from_secs(60), Box::new(Step::text(VALID_REVIEW)));
+    let pool = pool_answering(0, 0, slow);
+    let stage = request(
+        StageKind::Review,
+        RepairMode::Conversation,
+        2,
+        far_future(&pool.rig),
+    );
+    pool.publish(&stage).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while pool.rig.provider.requests().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stage did not start"
+        );
+        tokio::task::yield_now().await;
+    }
+    // worker-b cannot reach the store for longer than its lease; worker-a takes the stage over.
+    pool.results.renewals_down.store(true, Ordering::SeqCst);
+    tokio::time::sleep(TTL + Duration::from_secs(1)).await;
+    assert_eq!(
+        pool.rig
+            .store
+            .claim(&stage.task_id, &stage.stage_id, "worker-a", TTL)
+            .await
+            .unwrap(),
+        Claim::Acquired
+    );
+    pool.results.renewals_down.store(false, Ordering::SeqCst);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pool.deliveries("taken_over") < 1.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "worker-b did not notice"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    assert_eq!(
+        pool.deliveries("executed"),
+        0.0,
+        "worker-b's run was stopped"
+    );
+    assert!(
+        pool.rig
+            .store
+            .get(&stage.task_id, &stage.stage_id)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing recorded by the worker that lost the stage"
+    );
+    assert_eq!(
+        pool.rig
+            .store
+            .claim(&stage.task_id, &stage.stage_id, "worker-c", TTL)
+            .await
+            .unwrap()
+            .holder(),
+        Some("worker-a"),
+        "the new owner keeps it"
     );
     pool.stop().await;
 }
