@@ -228,6 +228,8 @@ table! {
         command: List,
         no_tools_flag: Str,
         tools_flag: Str,
+        requests_per_minute: Int,
+        tokens_per_minute: Int,
     }
 }
 
@@ -240,6 +242,8 @@ table! {
         repair_mode: Str,
         repair_attempts: Int,
         fallback_models: List,
+        requests_per_minute: Int,
+        tokens_per_minute: Int,
     }
 }
 
