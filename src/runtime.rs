@@ -15,6 +15,7 @@ use verdict_backends::publish::Publisher;
 use verdict_backends::publish::github::{
     GitHubAuth, GitHubConfig, GitHubConfigError, GitHubPublisher,
 };
+use verdict_backends::ratelimit::RateLimiter;
 use verdict_backends::repo::{
     GitCredentials, GitRepositorySource, GitSourceConfig, RepoError, RepositorySource,
 };
@@ -75,6 +76,8 @@ impl Role {
 pub struct Backends {
     pub broker: Arc<dyn Broker>,
     pub store: Arc<dyn StateStore>,
+    /// The pool's rate limits (SPEC Q3): on the store's Redis connection, or in memory.
+    pub limiter: Arc<dyn RateLimiter>,
     pub repositories: Arc<dyn RepositorySource>,
     /// The code host (GitHub), when `[github]` is configured.
     pub publisher: Option<Arc<dyn Publisher>>,
@@ -92,6 +95,7 @@ impl Backends {
         let repositories = open_repositories(config, role, credentials).await?;
         Ok(Backends {
             broker: Arc::new(broker),
+            limiter: Arc::new(store.clone()),
             store: Arc::new(store),
             repositories,
             publisher: github.map(|g| g as Arc<dyn Publisher>),
@@ -167,6 +171,7 @@ impl Assembly {
                 journal: Arc::new(LocalFallback::new(store.clone(), JOURNAL_MEMORY_ENTRIES)),
                 transcripts: store.clone(),
                 events: store.clone(),
+                limiter: b.limiter.clone(),
                 metrics: self.worker_metrics()?,
                 clock: b.clock.clone(),
             },

@@ -12,6 +12,9 @@
 //!   `store::redis::RedisStore` and `store::memory::MemoryStore` each implement all of them.
 //! - [`repo`]: the [`repo::RepositorySource`] trait — a change's diff and snapshots at a commit;
 //!   `repo::git` (mirrors and a size-bounded snapshot cache) and `repo::memory`.
+//! - [`ratelimit`]: the [`ratelimit::RateLimiter`] trait — provider limits (requests and tokens
+//!   per minute) and pauses shared by a whole pool; GCRA in one Lua script on
+//!   `store::redis::RedisStore`, and `ratelimit::memory`.
 //! - [`publish`]: the [`publish::Publisher`] trait — pull requests and issues read, reviews,
 //!   comments, statuses and labels posted; `publish::github` and `publish::memory`.
 //! - [`clock`], [`secret`], [`trace`]: the small types every process shares — wall time that
@@ -21,6 +24,7 @@
 pub mod broker;
 pub mod clock;
 pub mod publish;
+pub mod ratelimit;
 pub mod repo;
 pub mod secret;
 pub mod store;

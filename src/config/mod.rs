@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use verdict_proto::Language;
 use verdict_proto::wire::{RepairPolicy, StageKind, Tool};
-use verdict_worker::executor::ExecutorSettings;
+use verdict_worker::executor::{ExecutorSettings, RateLimits};
 use verdict_worker::provider::{ApiKeyError, ProviderSettings, Secret};
 use verdict_worker::retry::RetryPolicy;
 
@@ -74,6 +74,9 @@ pub struct Config {
     pub default_provider: String,
     /// Every stage, defaults filled in.
     pub stages: BTreeMap<StageKind, StageConfig>,
+    /// Requests and tokens per minute per provider and model, for the whole pool (SPEC Q3):
+    /// `requests_per_minute`/`tokens_per_minute` of `[providers.<name>]` and `[stages.<stage>]`.
+    pub rate_limits: RateLimits,
     /// Things that are valid but probably not what was meant; log each once at start-up.
     pub warnings: Vec<ConfigWarning>,
 }
@@ -377,8 +380,8 @@ impl Config {
         }
     }
 
-    /// How the worker executes stages: the retry policy, each stage's fallback models and the
-    /// default tool limits.
+    /// How the worker executes stages: the retry policy, each stage's fallback models, the rate
+    /// limits and the default tool limits.
     pub fn executor_settings(&self) -> ExecutorSettings {
         let fallback_models: HashMap<StageKind, Vec<String>> = self
             .stages
@@ -389,6 +392,7 @@ impl Config {
         ExecutorSettings {
             retry: self.retry.clone(),
             fallback_models,
+            rate_limits: self.rate_limits.clone(),
             ..ExecutorSettings::default()
         }
     }

@@ -229,6 +229,8 @@ table! {
         command: List,
         no_tools_flag: Str,
         tools_flag: Str,
+        requests_per_minute: Int,
+        tokens_per_minute: Int,
     }
 }
 
@@ -241,6 +243,8 @@ table! {
         repair_mode: Str,
         repair_attempts: Int,
         fallback_models: List,
+        requests_per_minute: Int,
+        tokens_per_minute: Int,
     }
 }
 

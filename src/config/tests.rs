@@ -1221,3 +1221,74 @@ fn ignore_paths_are_globs_checked_at_start_up() {
         "{e}"
     );
 }
+
+#[test]
+fn rate_limits_per_provider_and_per_stage_model() {
+    use verdict_worker::executor::ModelLimits;
+    let limits = |rpm: Option<u32>, tpm: Option<u32>| ModelLimits {
+        requests_per_minute: rpm,
+        tokens_per_minute: tpm,
+    };
+    let c = ok(BASE, &[]);
+    assert!(c.rate_limits.is_empty(), "no limits unless configured");
+    assert!(c.executor_settings().rate_limits.is_empty());
+
+    let text = format!(
+        "{}requests_per_minute = 500\ntokens_per_minute = 200000\nmax_tokens = 1000\n\n[stages.triage]\nmodel = \"mini\"\nrequests_per_minute = 3000\n\n[stages.summary]\nmodel = \"mini\"\nrequests_per_minute = 3000\ntokens_per_minute = 1000000\n",
+        BASE
+    );
+    let c = ok(&text, &[]);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let r = &c.executor_settings().rate_limits;
+    // Every model of the provider has the provider's limits, separately.
+    assert_eq!(r.limits("local", "m"), limits(Some(500), Some(200_000)));
+    assert_eq!(r.limits("local", "other"), limits(Some(500), Some(200_000)));
+    // The stages' model has what they set, over the provider's.
+    assert_eq!(
+        r.limits("local", "mini"),
+        limits(Some(3000), Some(1_000_000))
+    );
+
+    // Environment overrides, as for every key.
+    let c = ok(
+        BASE,
+        &[("VERDICT_PROVIDERS__LOCAL__REQUESTS_PER_MINUTE", "60")],
+    );
+    assert_eq!(c.rate_limits.limits("local", "m"), limits(Some(60), None));
+}
+
+#[test]
+fn rate_limit_errors_name_the_key_and_the_fix() {
+    let e = err(&format!("{BASE}requests_per_minute = 0\n"), &[]);
+    assert!(
+        e.contains("providers.local.requests_per_minute = 0 is too small; set it to 1 or more"),
+        "{e}"
+    );
+    let e = err(
+        &format!("{BASE}\n[stages.triage]\ntokens_per_minute = -5\n"),
+        &[],
+    );
+    assert!(e.contains("stages.triage.tokens_per_minute = -5"), "{e}");
+    // Two stages on one model set different limits: one limit per provider and model.
+    let e = err(
+        &format!(
+            "{BASE}\n[stages.triage]\nrequests_per_minute = 10\n\n[stages.summary]\nrequests_per_minute = 20\n"
+        ),
+        &[],
+    );
+    assert!(
+        e.contains("stages.summary.requests_per_minute = 20")
+            && e.contains("differs from stages.triage.requests_per_minute = 10")
+            && e.contains("model `m` on provider `local`"),
+        "{e}"
+    );
+    // A tokens limit without max_tokens counts only prompts: valid, but worth a warning.
+    let c = ok(&format!("{BASE}tokens_per_minute = 10000\n"), &[]);
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert_eq!(c.warnings[0].key, "providers.local.max_tokens");
+    assert!(
+        c.warnings[0].message.contains("set max_tokens"),
+        "{}",
+        c.warnings[0]
+    );
+}

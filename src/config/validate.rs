@@ -11,6 +11,8 @@ use toml::{Table, Value};
 use verdict_proto::Language;
 use verdict_proto::repair::{DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_RANGE, RepairMode};
 use verdict_proto::wire::{RepairPolicy, StageKind, Tool};
+use verdict_worker::executor::{ModelLimits, RateLimits};
+use verdict_worker::provider::anthropic::DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS;
 use verdict_worker::provider::{
     ApiKeyError, ApiKeySource, ProviderBuildError, ProviderKind, ProviderSettings, Secret,
 };
@@ -512,7 +514,15 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
         ));
     }
     let mut providers = Vec::with_capacity(raw.providers.len());
+    let mut provider_limits = Vec::with_capacity(raw.providers.len());
     for (name, p) in raw.providers {
+        let key = format!("providers.{name}");
+        provider_limits.push(model_limits(
+            &key,
+            p.requests_per_minute,
+            p.tokens_per_minute,
+            ctx,
+        )?);
         providers.push(provider(&name, p, ctx, &mut warnings)?);
     }
     let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
@@ -547,11 +557,25 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
         }
     }
     let mut stages = BTreeMap::new();
+    let mut stage_limits = Vec::new();
     for kind in StageKind::ALL {
         let s = raw_stages.remove(&kind).unwrap_or_default();
+        let key = format!("stages.{}", kind.as_str());
+        stage_limits.push((
+            kind,
+            model_limits(&key, s.requests_per_minute, s.tokens_per_minute, ctx)?,
+        ));
         let config = stage(kind, s, ctx, &names, &default_provider, repair_max_attempts)?;
         stages.insert(kind, config);
     }
+    let rate_limits = rate_limits(
+        &providers,
+        &provider_limits,
+        &stages,
+        &stage_limits,
+        ctx,
+        &mut warnings,
+    )?;
 
     Ok(Config {
         review_timeout: Duration::from_secs(timeout_seconds.unsigned_abs()),
@@ -569,6 +593,7 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
         providers,
         default_provider,
         stages,
+        rate_limits,
         warnings,
     })
 }
@@ -1195,4 +1220,119 @@ fn stage(
         repair: RepairPolicy { mode, max_attempts },
         fallback_models,
     })
+}
+
+/// `requests_per_minute` and `tokens_per_minute` of the table `table`, each at least 1 when set.
+fn model_limits(
+    table: &str,
+    requests: Option<i64>,
+    tokens: Option<i64>,
+    ctx: &Ctx<'_>,
+) -> Result<ModelLimits, ConfigError> {
+    let limit = |name: &str, value: Option<i64>| -> Result<Option<u32>, ConfigError> {
+        value
+            .map(|v| ctx.num(&format!("{table}.{name}"), Some(v), 1, 1, None))
+            .transpose()
+    };
+    Ok(ModelLimits {
+        requests_per_minute: limit("requests_per_minute", requests)?,
+        tokens_per_minute: limit("tokens_per_minute", tokens)?,
+    })
+}
+
+/// The pool's rate limits (SPEC Q3): a provider's apply to each of its models; a stage's to the
+/// model that stage runs on, over its provider's — one limit per provider and model, so stages
+/// sharing a model must agree. Each call reserves its output against a tokens limit: the
+/// provider's `max_tokens` (Anthropic's default when unset); without one only the prompt is
+/// counted, which is worth a warning.
+fn rate_limits(
+    providers: &[ProviderSettings],
+    provider_limits: &[ModelLimits],
+    stages: &BTreeMap<StageKind, StageConfig>,
+    stage_limits: &[(StageKind, ModelLimits)],
+    ctx: &Ctx<'_>,
+    warnings: &mut Vec<ConfigWarning>,
+) -> Result<RateLimits, ConfigError> {
+    let mut limits = RateLimits::default();
+    let mut token_limited: BTreeSet<&str> = BTreeSet::new();
+    for (p, l) in providers.iter().zip(provider_limits) {
+        let output = match (p.max_tokens, p.kind) {
+            (Some(max), _) => max,
+            (None, ProviderKind::Anthropic) => ANTHROPIC_DEFAULT_MAX_TOKENS,
+            (None, _) => 0,
+        };
+        limits.set_provider(&p.name, *l, output);
+        if l.tokens_per_minute.is_some() {
+            token_limited.insert(&p.name);
+        }
+    }
+    // Which stage set each limit (requests, tokens) of a provider and model first, and to what,
+    // to name it when another stage differs.
+    type SetBy = [Option<(StageKind, u32)>; 2];
+    let mut set_by: BTreeMap<(&str, &str), SetBy> = BTreeMap::new();
+    for (kind, l) in stage_limits.iter().filter(|(_, l)| !l.is_unlimited()) {
+        let Some(stage) = stages.get(kind) else {
+            continue;
+        };
+        let Some(provider) = providers.iter().find(|p| p.name == stage.provider) else {
+            continue;
+        };
+        let model = stage.model.as_deref().unwrap_or(&provider.model);
+        let seen = set_by.entry((&provider.name, model)).or_default();
+        let values = [l.requests_per_minute, l.tokens_per_minute];
+        for (i, name) in ["requests_per_minute", "tokens_per_minute"]
+            .into_iter()
+            .enumerate()
+        {
+            let Some(value) = values[i] else { continue };
+            match seen[i] {
+                Some((other, theirs)) if theirs != value => {
+                    return Err(ctx.err(
+                        &format!("stages.{}.{name}", kind.as_str()),
+                        Some(value.to_string()),
+                        format!(
+                            "differs from stages.{}.{name} = {theirs}: both stages run model `{model}` on provider `{}`, which has one limit for the whole pool; set the same value on both (or once, as providers.{}.{name}, for every model of the provider)",
+                            other.as_str(),
+                            provider.name,
+                            provider.name,
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => seen[i] = Some((*kind, value)),
+            }
+        }
+        if l.tokens_per_minute.is_some() {
+            token_limited.insert(&provider.name);
+        }
+    }
+    for ((provider, model), seen) in &set_by {
+        limits.set_model(
+            provider,
+            model,
+            ModelLimits {
+                requests_per_minute: seen[0].map(|(_, v)| v),
+                tokens_per_minute: seen[1].map(|(_, v)| v),
+            },
+        );
+    }
+    for p in providers
+        .iter()
+        .filter(|p| token_limited.contains(p.name.as_str()))
+    {
+        if p.max_tokens.is_none() && p.kind != ProviderKind::Anthropic {
+            let fix = if p.kind == ProviderKind::Exec {
+                "an exec agent's output cannot be bounded, so keep tokens_per_minute below the real limit"
+            } else {
+                "set max_tokens so each call reserves its output too"
+            };
+            warnings.push(ConfigWarning {
+                key: format!("providers.{}.max_tokens", p.name),
+                message: format!(
+                    "is not set while a tokens_per_minute limit applies to this provider: calls reserve only their prompt's estimate, not their output; {fix}"
+                ),
+            });
+        }
+    }
+    Ok(limits)
 }

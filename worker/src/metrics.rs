@@ -2,13 +2,15 @@
 //! checked against this file. Names follow `verdict_<name>_<unit>[_total]`; labels are bounded
 //! (stage, protocol, provider, model, outcome, kind, status, tool) — never task, PR or repository.
 
-use prometheus::{
-    CounterVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
-};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 /// Buckets for stage durations: seconds to the default 10-minute deadline and beyond.
 const STAGE_BUCKETS: &[f64] = &[
     0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0,
+];
+/// Buckets for rate-limit waits: pacing gaps of milliseconds to pauses of minutes.
+const WAIT_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 /// Buckets for single provider calls.
 const CALL_BUCKETS: &[f64] = &[
@@ -42,10 +44,17 @@ pub struct WorkerMetrics {
     pub provider_tokens: IntCounterVec,
     /// `verdict_provider_retries_total{provider, model, kind}`
     pub provider_retries: IntCounterVec,
-    /// `verdict_rate_limit_waits_total{provider, model}`
+    /// `verdict_rate_limit_waits_total{provider, model}`: calls that waited on a rate limit —
+    /// the pool's limiter (SPEC Q3) or a provider's 429 — in place or by a requeue.
     pub rate_limit_waits: IntCounterVec,
-    /// `verdict_rate_limit_wait_seconds_total{provider, model}`
-    pub rate_limit_wait_seconds: CounterVec,
+    /// `verdict_rate_limit_wait_seconds{provider, model}`: how long each such wait held its slot.
+    pub rate_limit_wait_seconds: HistogramVec,
+    /// `verdict_rate_limit_pauses_total{provider, model}`: pool-wide pauses set after a provider
+    /// said to slow down (SPEC X6).
+    pub rate_limit_pauses: IntCounterVec,
+    /// `verdict_rate_limiter_unavailable_total{provider, model}`: limiter calls that failed (its
+    /// store unreachable) and were retried after a backoff; the provider is not called meanwhile.
+    pub rate_limiter_unavailable: IntCounterVec,
     /// `verdict_provider_responses_reused_total{provider}`: answers taken from the journal of
     /// an earlier delivery instead of paying again (E7).
     pub responses_reused: IntCounterVec,
@@ -141,14 +150,29 @@ impl WorkerMetrics {
             rate_limit_waits: IntCounterVec::new(
                 Opts::new(
                     "verdict_rate_limit_waits_total",
-                    "Waits imposed by provider rate limits (429, Retry-After).",
+                    "Provider calls that waited on a rate limit (the pool's limiter, or a 429 and its Retry-After).",
                 ),
                 &["provider", "model"],
             )?,
-            rate_limit_wait_seconds: CounterVec::new(
+            rate_limit_wait_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "verdict_rate_limit_wait_seconds",
+                    "Time one provider call waited in place on a rate limit.",
+                )
+                .buckets(WAIT_BUCKETS.to_vec()),
+                &["provider", "model"],
+            )?,
+            rate_limit_pauses: IntCounterVec::new(
                 Opts::new(
-                    "verdict_rate_limit_wait_seconds_total",
-                    "Seconds spent waiting on provider rate limits.",
+                    "verdict_rate_limit_pauses_total",
+                    "Pool-wide pauses of a provider and model after a 429 or a rate-limit reset header.",
+                ),
+                &["provider", "model"],
+            )?,
+            rate_limiter_unavailable: IntCounterVec::new(
+                Opts::new(
+                    "verdict_rate_limiter_unavailable_total",
+                    "Rate limiter calls that failed (its store unreachable) and were retried before calling the provider.",
                 ),
                 &["provider", "model"],
             )?,
@@ -193,6 +217,8 @@ impl WorkerMetrics {
         registry.register(Box::new(m.provider_retries.clone()))?;
         registry.register(Box::new(m.rate_limit_waits.clone()))?;
         registry.register(Box::new(m.rate_limit_wait_seconds.clone()))?;
+        registry.register(Box::new(m.rate_limit_pauses.clone()))?;
+        registry.register(Box::new(m.rate_limiter_unavailable.clone()))?;
         registry.register(Box::new(m.responses_reused.clone()))?;
         registry.register(Box::new(m.tool_calls.clone()))?;
         registry.register(Box::new(m.findings_grounded.clone()))?;

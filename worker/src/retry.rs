@@ -1,11 +1,15 @@
 //! Retries of failed provider calls (SPEC E5): exponential backoff with full jitter from `backon`,
 //! `Retry-After` honoured, a budget per stage attempt, and long waits handed back to the queue
-//! (requeue with delay) instead of holding a worker slot.
+//! (requeue with delay) instead of holding a worker slot. Also how long a rate limit pauses the
+//! whole pool (SPEC X6) and how long a rate-limited stage waits in the queue once its retries are
+//! spent.
 
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use rand::RngExt;
+
+use verdict_proto::outcome::FailureKind;
 
 use crate::provider::ProviderError;
 
@@ -52,6 +56,8 @@ pub struct RetryState {
     policy: RetryPolicy,
     schedule: ExponentialBackoff,
     used: u32,
+    /// The last backoff step drawn, before jitter.
+    step: Option<Duration>,
 }
 
 impl RetryState {
@@ -66,6 +72,7 @@ impl RetryState {
             policy: policy.clone(),
             schedule,
             used: 0,
+            step: None,
         }
     }
 
@@ -83,12 +90,43 @@ impl RetryState {
         let Some(step) = self.schedule.next() else {
             return RetryDecision::GiveUp;
         };
+        self.step = Some(step);
         let wait = error.retry_after.unwrap_or_else(|| full_jitter(step));
         if wait > self.policy.max_inline_wait {
             return RetryDecision::Requeue(wait);
         }
         self.used += 1;
         RetryDecision::Wait(wait)
+    }
+
+    /// How long the whole pool should leave this provider and model alone after `error` (SPEC
+    /// X6): what the provider asked for (`Retry-After`, a rate-limit reset header) on any
+    /// retryable failure; for a 429 without one, the current backoff step (before jitter, which
+    /// only spreads out one caller's retries). Call it after [`RetryState::decide`].
+    pub fn pool_pause(&self, error: &ProviderError) -> Option<Duration> {
+        if !error.kind.is_retryable() {
+            return None;
+        }
+        match (error.retry_after, error.kind) {
+            (Some(wait), _) => Some(wait),
+            (None, FailureKind::RateLimited) => Some(self.current_step()),
+            (None, _) => None,
+        }
+        .filter(|wait| !wait.is_zero())
+    }
+
+    /// How long a rate-limited stage whose retries are spent waits in the queue before its next
+    /// attempt (SPEC E5): what the provider asked for, else the backoff step after the last one.
+    pub fn requeue_delay(&self, error: &ProviderError) -> Duration {
+        error.retry_after.unwrap_or_else(|| {
+            self.step
+                .map_or(self.policy.base_delay, |step| step.saturating_mul(2))
+                .min(self.policy.max_delay)
+        })
+    }
+
+    fn current_step(&self) -> Duration {
+        self.step.unwrap_or(self.policy.base_delay)
     }
 }
 
@@ -166,6 +204,48 @@ mod tests {
         assert_eq!(
             s.decide(&error(FailureKind::RateLimited, Some(120))),
             RetryDecision::Requeue(Duration::from_secs(120))
+        );
+    }
+
+    #[test]
+    fn a_rate_limit_pauses_the_pool_for_what_the_provider_asked_else_the_step() {
+        let policy = RetryPolicy {
+            budget: 2,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(250),
+            max_inline_wait: Duration::from_secs(10),
+        };
+        let mut s = RetryState::new(&policy);
+        let asked = error(FailureKind::RateLimited, Some(7));
+        s.decide(&asked);
+        assert_eq!(s.pool_pause(&asked), Some(Duration::from_secs(7)));
+        let bare = error(FailureKind::RateLimited, None);
+        s.decide(&bare);
+        let pause = s.pool_pause(&bare).unwrap();
+        assert!(pause.abs_diff(Duration::from_millis(200)) < Duration::from_millis(1));
+        // A 503 pauses only when the provider named a wait; auth never does.
+        assert_eq!(
+            s.pool_pause(&error(FailureKind::ProviderUnavailable, Some(3))),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            s.pool_pause(&error(FailureKind::ProviderUnavailable, None)),
+            None
+        );
+        assert_eq!(s.pool_pause(&error(FailureKind::Auth, Some(3))), None);
+        assert_eq!(
+            s.pool_pause(&error(FailureKind::RateLimited, Some(0))),
+            None
+        );
+
+        // The budget is spent: the stage waits in the queue for the next step (capped) or
+        // what the provider asked.
+        assert_eq!(s.decide(&bare), RetryDecision::GiveUp);
+        assert_eq!(s.requeue_delay(&bare), Duration::from_millis(250));
+        assert_eq!(s.requeue_delay(&asked), Duration::from_secs(7));
+        assert_eq!(
+            RetryState::new(&policy).requeue_delay(&bare),
+            Duration::from_millis(100)
         );
     }
 }

@@ -131,6 +131,7 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
             journal: store.clone(),
             transcripts: store.clone(),
             events: store.clone(),
+            limiter: Arc::new(verdict_backends::ratelimit::memory::MemoryRateLimiter::new()),
             metrics: WorkerMetrics::register(&prometheus::Registry::new()).unwrap(),
             clock: Arc::new(SystemClock),
         },

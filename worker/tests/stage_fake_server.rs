@@ -103,6 +103,7 @@ async fn env_with(
         journal: store.clone(),
         transcripts: store.clone(),
         events: store.clone(),
+        limiter: Arc::new(verdict_backends::ratelimit::memory::MemoryRateLimiter::new()),
         metrics: WorkerMetrics::register(&prometheus::Registry::new()).unwrap(),
         clock: Arc::new(SystemClock),
     };

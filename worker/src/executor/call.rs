@@ -1,6 +1,7 @@
 //! One AI call, the only way an attempt reaches a model: the response journal first (E7), then
-//! the provider with retries (E5) and fallback models, each provider call metered, and the call
-//! written to the transcript whatever its end.
+//! the provider with retries (E5) and fallback models — each provider call admitted by the
+//! pool's rate limits first and metered, a 429 pausing its model for the pool (Q3, X6) — and the
+//! call written to the transcript whatever its end.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,8 @@ use verdict_proto::wire::EventType;
 
 use super::context::CallContext;
 use super::conversation::Conversation;
+use super::limits::{self, Admission};
+use super::turns::finalise_if_due;
 use crate::journal;
 use crate::provider::{
     ChatRequest, ChatResponse, Message, Provider, ProviderError, TokenUsage, ToolChoice,
@@ -143,7 +146,7 @@ pub(super) async fn ai_call(
     };
     // Every boundary token in the request, so the journal key ignores them (decision 22).
     let mut tokens = vec![conv.boundary().token().to_owned()];
-    let (messages, new_messages) = match call {
+    let (messages, mut new_messages) = match call {
         Call::IsolatedRepair { messages, boundary } => {
             tokens.push(boundary.token().to_owned());
             (messages.clone(), messages)
@@ -153,7 +156,7 @@ pub(super) async fn ai_call(
             (conv.messages().to_vec(), new)
         }
     };
-    let tool_names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
+    let mut tool_names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
     let mut request = ChatRequest {
         model: ctx.route.model.clone(),
         messages,
@@ -198,7 +201,10 @@ pub(super) async fn ai_call(
             }
         }
 
-        match call_with_retries(ctx, conv, seq, &request).await {
+        // A turn that offers tools must not start after the deadline: a rate-limit wait stops
+        // there (E2).
+        let stop_at = (!request.tools.is_empty()).then(|| conv.deadline.deadline_unix_ms());
+        match call_with_retries(ctx, conv, seq, &request, stop_at).await {
             Ok((response, latency_ms)) => {
                 if let Err(e) = ctx.deps.journal.put(&key, &response).await {
                     tracing::warn!(error = %e, "response not journaled; a redelivery would pay for it again");
@@ -206,9 +212,27 @@ pub(super) async fn ai_call(
                 conv.record(entry.ended(Ended::Answered(&response, latency_ms)));
                 return Ok(response);
             }
-            Err(failure) => {
+            Err(Stop::Deadline) => {
+                // The soft deadline came while this turn waited for the rate limit: it goes
+                // out as the final call instead — the finalise message added, no tools (E2).
+                finalise_if_due(ctx, conv).await;
+                new_messages.extend(conv.take_unrecorded());
+                request.messages = conv.messages().to_vec();
+                request.tools.clear();
+                request.tool_choice = ToolChoice::None;
+                tool_names.clear();
+            }
+            Err(Stop::Failed(mut failure)) => {
                 conv.record(entry.ended(Ended::Failed(&failure.error)));
                 let Some(next) = ctx.route.fallback_after(&failure) else {
+                    if failure.requeue_after.is_none()
+                        && failure.error.kind == FailureKind::RateLimited
+                    {
+                        // A rate limit outlasted the inline budget of every model: requeue
+                        // with a delay rather than fail (E5); the consumer bounds requeues by
+                        // broker.max_requeues, after which the failure is final.
+                        failure.requeue_after = Some(ctx.route.retry.requeue_delay(&failure.error));
+                    }
                     return Err(failure);
                 };
                 let from = &ctx.route.model;
@@ -229,20 +253,58 @@ pub(super) async fn ai_call(
     }
 }
 
-/// Calls the provider until it answers, the failure is final, or the wait is too long. Returns
+/// Why [`call_with_retries`] returned without an answer.
+enum Stop {
+    Failed(Failure),
+    /// A rate-limit wait reached the soft deadline (`stop_at`): nothing was sent.
+    Deadline,
+}
+
+/// Calls the provider until it answers, the failure is final, or the wait is too long. Every
+/// call first waits for the pool's rate limits (that wait ends at `stop_at` when given). Returns
 /// the answer and its latency in milliseconds.
 async fn call_with_retries(
     ctx: &mut CallContext<'_>,
     conv: &mut Conversation<'_>,
     seq: u32,
     request: &ChatRequest,
-) -> Result<(ChatResponse, u64), Failure> {
+    stop_at: Option<u64>,
+) -> Result<(ChatResponse, u64), Stop> {
     let provider = Arc::clone(&ctx.route.provider);
     let metrics = ctx.deps.metrics.clone();
     let labels = [provider.name().to_owned(), request.model.clone()];
     loop {
         if ctx.cancel.is_cancelled() {
-            return Err(Failure::now(cancelled()));
+            return Err(Stop::Failed(Failure::now(cancelled())));
+        }
+        match limits::admit(ctx, provider.name(), request, stop_at).await {
+            Admission::Granted => {}
+            Admission::DeadlineReached => return Err(Stop::Deadline),
+            Admission::Requeue(wait) => {
+                let error = ProviderError {
+                    retry_after: Some(wait),
+                    ..ProviderError::new(
+                        FailureKind::RateLimited,
+                        format!(
+                            "provider `{}` model `{}`: the pool's rate limit asks to wait {} ms, longer than retry.max_inline_wait_seconds; the stage is requeued",
+                            labels[0],
+                            labels[1],
+                            wait.as_millis()
+                        ),
+                    )
+                };
+                return Err(Stop::Failed(Failure {
+                    error,
+                    requeue_after: Some(wait),
+                }));
+            }
+            Admission::Cancelled => return Err(Stop::Failed(Failure::now(cancelled()))),
+            Admission::Refused(reason) => {
+                return Err(Stop::Failed(Failure::now(ProviderError::new(
+                    FailureKind::Internal,
+                    reason,
+                ))));
+            }
         }
         let span = tracing::info_span!(
             "ai_call",
@@ -294,9 +356,14 @@ async fn call_with_retries(
         };
         conv.count_call(TokenUsage::default());
         if ctx.cancel.is_cancelled() {
-            return Err(Failure::now(cancelled()));
+            return Err(Stop::Failed(Failure::now(cancelled())));
         }
-        match ctx.route.retry.decide(&error) {
+        let decision = ctx.route.retry.decide(&error);
+        if let Some(pause) = ctx.route.retry.pool_pause(&error) {
+            // X6: the whole pool slows down for this model, not only this call.
+            limits::pause(ctx, &labels[0], &labels[1], pause).await;
+        }
+        match decision {
             RetryDecision::Wait(wait) => {
                 metrics
                     .provider_retries
@@ -310,7 +377,7 @@ async fn call_with_retries(
                     metrics
                         .rate_limit_wait_seconds
                         .with_label_values(&[&labels[0], &labels[1]])
-                        .inc_by(wait.as_secs_f64());
+                        .observe(wait.as_secs_f64());
                 }
                 conv.record(TranscriptEntry::Retry {
                     seq,
@@ -325,16 +392,16 @@ async fn call_with_retries(
                 );
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
-                    () = ctx.cancel.cancelled() => return Err(Failure::now(cancelled())),
+                    () = ctx.cancel.cancelled() => return Err(Stop::Failed(Failure::now(cancelled()))),
                 }
             }
             RetryDecision::Requeue(wait) => {
-                return Err(Failure {
+                return Err(Stop::Failed(Failure {
                     error,
                     requeue_after: Some(wait),
-                });
+                }));
             }
-            RetryDecision::GiveUp => return Err(Failure::now(error)),
+            RetryDecision::GiveUp => return Err(Stop::Failed(Failure::now(error))),
         }
     }
 }

@@ -13,6 +13,8 @@
 //!
 //! - [`call`]: one AI call (journal, provider with retries and fallback models, metrics,
 //!   transcript entry).
+//! - [`limits`]: the pool's rate limits each provider call waits for, and the pause a 429 sets
+//!   (SPEC Q3, X6).
 //! - [`turns`]: the conversation and tool loop under the soft deadline (E1, E2).
 //! - [`repair`]: the repair rounds, the consistency check and the classification (E3, E4).
 //! - [`ground`]: the answer's findings checked against the snapshot (corrected, or demoted when
@@ -22,6 +24,7 @@ mod call;
 mod context;
 mod conversation;
 mod ground;
+mod limits;
 mod repair;
 mod turns;
 
@@ -42,6 +45,7 @@ use crate::provider::{Provider, ProviderKind};
 use crate::retry::RetryPolicy;
 use crate::tools::{ToolBox, ToolLimits};
 use verdict_backends::clock::Clock;
+use verdict_backends::ratelimit::RateLimiter;
 use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::{EventSink, InputStore, ResponseJournal, TranscriptStore};
 use verdict_proto::transcript::Transcript;
@@ -49,6 +53,7 @@ use verdict_proto::transcript::Transcript;
 use call::{Failure, Route};
 use context::CallContext;
 use conversation::Conversation;
+pub use limits::{ModelLimits, RateLimits};
 
 /// The configured providers by name, and the one used when a stage names none.
 #[derive(Clone, Default)]
@@ -109,6 +114,9 @@ pub struct ExecutorDeps {
     pub journal: Arc<dyn ResponseJournal>,
     pub transcripts: Arc<dyn TranscriptStore>,
     pub events: Arc<dyn EventSink>,
+    /// The pool's rate limits (SPEC Q3); called only for providers and models with limits in
+    /// [`ExecutorSettings::rate_limits`].
+    pub limiter: Arc<dyn RateLimiter>,
     pub metrics: WorkerMetrics,
     pub clock: Arc<dyn Clock>,
 }
@@ -122,6 +130,8 @@ pub struct ExecutorSettings {
     pub fallback_models: HashMap<StageKind, Vec<String>>,
     /// Characters of the last response kept in an `invalid_output` preview.
     pub preview_chars: usize,
+    /// Requests and tokens per minute per provider and model, shared by the pool (SPEC Q3).
+    pub rate_limits: RateLimits,
 }
 
 impl Default for ExecutorSettings {
@@ -131,6 +141,7 @@ impl Default for ExecutorSettings {
             tool_limits: ToolLimits::default(),
             fallback_models: HashMap::new(),
             preview_chars: 500,
+            rate_limits: RateLimits::default(),
         }
     }
 }

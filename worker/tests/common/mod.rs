@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use verdict_backends::clock::{Clock, TokioClock};
+use verdict_backends::ratelimit::memory::MemoryRateLimiter;
 use verdict_backends::repo::MemoryRepositorySource;
 use verdict_backends::store::memory::MemoryStore;
 use verdict_proto::repair::RepairMode;
@@ -62,6 +63,7 @@ pub fn rig_over(
         journal: store.clone(),
         transcripts: store.clone(),
         events: store.clone(),
+        limiter: Arc::new(MemoryRateLimiter::new()),
         metrics: WorkerMetrics::register(&registry).unwrap(),
         clock: clock.clone(),
     };

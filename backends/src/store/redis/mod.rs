@@ -248,7 +248,7 @@ const MAX_IDLE_BLOCKING: usize = 8;
 
 /// Whether a failed command may be sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Replay {
+pub(crate) enum Replay {
     /// Repeating it has the same effect as running it once (reads, `SET NX`, owner-checked
     /// scripts).
     Safe,
@@ -388,13 +388,13 @@ impl RedisStore {
     }
 
     /// `{prefix}{kind}:{rest}`.
-    fn key(&self, kind: &str, rest: &str) -> String {
+    pub(crate) fn key(&self, kind: &str, rest: &str) -> String {
         format!("{}{kind}:{rest}", self.inner.config.prefix)
     }
 
     /// Runs one command (or script, or pipeline) on the shared connection: each attempt bounded
     /// by the command timeout, retried per `replay`, failures mapped to [`StoreError`].
-    async fn run<T, F, Fut>(
+    pub(crate) async fn run<T, F, Fut>(
         &self,
         op: &'static str,
         key: &str,
