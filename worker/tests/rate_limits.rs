@@ -616,6 +616,7 @@ async fn the_consumer_runs_a_requeued_rate_limited_stage_again_and_it_completes(
             max_requeues: 3,
             message_max_bytes: 1 << 20,
             claim_ttl: Duration::from_secs(60),
+            record_retry: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(5),
         },
     );
