@@ -500,7 +500,7 @@ fn table(
         let fault = l
             .cause
             .rsplit_once("fault: ")
-            .map_or("?", |(_, f)| f.split(';').next().unwrap_or(f));
+            .map_or(l.cause.as_str(), |(_, f)| f.split(';').next().unwrap_or(f));
         by_cause.entry(fault.to_owned()).or_default().push(l);
     }
     if !lost.is_empty() {
@@ -593,4 +593,189 @@ fn table(
             .join(", ")
     );
     t
+}
+
+/// The checker on made-up evidence: what it counts as lost, duplicated and paid twice, and what
+/// it does not (a 429, an abandoned call, an answer its worker died with).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::Poison;
+    use crate::workload::title;
+    use serde_json::json;
+    use verdict_proto::wire::ProgressEvent;
+
+    const TOKEN_A: &str = "AAAAAAAAAAAAAAAAAAAAAAAA";
+    const TOKEN_B: &str = "BBBBBBBBBBBBBBBBBBBBBBBB";
+
+    /// A reviewer request of review `n` as a worker sends it, fenced with `token`.
+    fn reviewer_request(seq: usize, n: usize, token: &str, at: Instant) -> RecordedRequest {
+        let body = json!({
+            "model": REVIEWER,
+            "messages": [
+                {"role": "system", "content": format!("policy <<<UNTRUSTED label {token}>>>")},
+                {"role": "user", "content": format!(
+                    "<<<UNTRUSTED pull request title {token}>>>\n{}\n<<<END UNTRUSTED {token}>>>\n<<<UNTRUSTED diff of src/a.py {token}>>>\n+x\n<<<END UNTRUSTED {token}>>>",
+                    title(n)
+                )},
+            ],
+        });
+        RecordedRequest {
+            seq,
+            path: "/v1/chat/completions".into(),
+            headers: Vec::new(),
+            raw_body: body.to_string(),
+            model: Some(REVIEWER.into()),
+            body,
+            rejection: None,
+            at,
+        }
+    }
+
+    fn document(id: &str, state: &str, finished_events: usize) -> TaskDocument {
+        let mut doc: TaskDocument = serde_json::from_value(json!({
+            "id": id, "kind": "review", "pipeline": "multi", "state": state, "stages": [],
+            "timings": {"created_unix_ms": 1, "deadline_unix_ms": 2},
+        }))
+        .unwrap();
+        doc.events = (0..finished_events)
+            .map(|_| ProgressEvent {
+                version: 1,
+                task_id: id.into(),
+                at_unix_ms: 1,
+                kind: EventType::TaskFinished,
+                channel: None,
+                stage_id: None,
+                message: "Task finished.".into(),
+                data: serde_json::Value::Null,
+            })
+            .collect();
+        doc
+    }
+
+    fn fault(name: &'static str, at: Duration) -> Fault {
+        Fault {
+            name,
+            detail: String::new(),
+            at,
+            until: at + Duration::from_millis(200),
+            at_request: 0,
+        }
+    }
+
+    #[test]
+    fn a_call_is_its_task_stage_and_turn_whatever_the_boundary_token() {
+        let now = Instant::now();
+        let a = reviewer_request(0, 7, TOKEN_A, now);
+        let b = reviewer_request(1, 7, TOKEN_B, now);
+        let call = call_of(&a).unwrap();
+        assert_eq!(
+            call,
+            Call {
+                task: 7,
+                stage: "reviewer[src/a.py]".into(),
+                turn: 2
+            }
+        );
+        assert_eq!(call_of(&b), Some(call));
+        assert_eq!(normalised(&a.raw_body), normalised(&b.raw_body));
+        assert_ne!(call_of(&reviewer_request(2, 8, TOKEN_A, now)), call_of(&a));
+    }
+
+    #[test]
+    fn lost_duplicated_and_paid_twice_are_counted_and_429s_abandoned_calls_and_dying_answers_are_not()
+     {
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let tasks: Vec<Submitted> = ["done", "stuck", "twice", "ghost"]
+            .iter()
+            .enumerate()
+            .map(|(n, id)| Submitted {
+                n,
+                id: (*id).into(),
+                at: Duration::ZERO,
+            })
+            .collect();
+        let mut documents = BTreeMap::new();
+        documents.insert("done".into(), Ok(document("done", "completed", 1)));
+        documents.insert("stuck".into(), Ok(document("stuck", "running", 0)));
+        documents.insert("twice".into(), Ok(document("twice", "incomplete", 2)));
+        documents.insert("ghost".into(), Err("404".into()));
+        let kill_at = Duration::from_secs(20);
+        let faults = [
+            fault(KILL_WORKER, kill_at),
+            fault("kill -9 Redis", Duration::from_secs(40)),
+        ];
+        let requests = vec![
+            // Review 0: a 429, then paid once.
+            reviewer_request(0, 0, TOKEN_A, s(1)),
+            reviewer_request(1, 0, TOKEN_A, s(2)),
+            // Review 1: abandoned by a killed worker, then paid once.
+            reviewer_request(2, 1, TOKEN_A, s(19)),
+            reviewer_request(3, 1, TOKEN_B, s(21)),
+            // Review 2: paid during the Redis outage and again after it.
+            reviewer_request(4, 2, TOKEN_A, s(39)),
+            reviewer_request(5, 2, TOKEN_B, s(45)),
+            // Review 3: answered as its worker was killed, paid again.
+            reviewer_request(6, 3, TOKEN_A, s(18)),
+            reviewer_request(7, 3, TOKEN_B, s(22)),
+        ];
+        let answer = |seq, status, at| Answer { seq, status, at };
+        let answers = vec![
+            answer(0, 429, s(1)),
+            answer(1, 200, s(3)),
+            answer(3, 200, s(22)),
+            answer(4, 200, s(41)),
+            answer(5, 200, s(46)),
+            answer(6, 200, t0 + kill_at - Duration::from_millis(30)),
+            answer(7, 200, s(23)),
+        ];
+        let poison = Poison {
+            reason: Some("not a JSON object".into()),
+            ..Poison::default()
+        };
+        let report = check(&Evidence {
+            tasks: &tasks,
+            documents,
+            requests,
+            answers,
+            faults: &faults,
+            missed_faults: &[],
+            poison: &poison,
+            dead_letters: Vec::new(),
+            deliveries: BTreeMap::new(),
+            started: t0,
+            end: End::Quiet(Duration::from_secs(45)),
+            workers: 4,
+            scheduler_alive: true,
+            submit_retries: 0,
+            took: Duration::from_secs(60),
+        });
+        assert_eq!(
+            report.failures(),
+            [
+                "2 task(s) lost",
+                "1 task(s) duplicated",
+                "1 stage call(s) paid twice"
+            ],
+            "{}",
+            report.table()
+        );
+        let table = report.table();
+        assert!(
+            table.contains(
+                "answered 200 2 times at +41.0s, +46.0s; same request: yes; fault: kill -9 Redis"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("(and 1 answered to a worker killed before it could journal them)"),
+            "{table}"
+        );
+        assert!(table.contains("#001 stuck submitted +0.0s, running [] last call reviewer[src/a.py] answered 200 at +22.0s"), "{table}");
+        assert!(
+            table.contains("#003 ghost submitted +0.0s, unknown (404)"),
+            "{table}"
+        );
+    }
 }
