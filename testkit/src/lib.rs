@@ -7,7 +7,8 @@
 //! - [`script`]: what the fake answers — [`Behaviour`]s (text, fences, truncation, tool calls,
 //!   HTTP errors, malformed bodies, hangs, latency) in a per-model [`Script`].
 //! - [`server`]: [`FakeProvider`], the axum server on a loopback port.
-//! - [`record`]: [`RecordedRequest`], what the server received.
+//! - [`record`]: [`RecordedRequest`], what the server received, and [`Answer`], what it sent back
+//!   (a request its client abandoned first has none).
 //! - [`scenario`]: the end-to-end scenarios' configuration, stage answers and sample repository.
 //! - `wire`, `openai`, `anthropic`: the two formats — request checks as strict as the real APIs
 //!   on the fields verdict sends, response rendering and error bodies.
@@ -40,7 +41,7 @@ pub mod server;
 mod wire;
 
 pub use github::FakeGitHub;
-pub use record::{RecordedRequest, WaitTimeout};
+pub use record::{Answer, RecordedRequest, WaitTimeout};
 pub use script::{Behaviour, Finish, Latency, Reply, Script, ScriptedToolCall, ToolArguments};
 pub use server::FakeProvider;
 pub use wire::Wire;

@@ -2,7 +2,7 @@
 //! on what a client actually put on the wire (the API key header, the absence of `tools`, …).
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -23,6 +23,8 @@ pub struct RecordedRequest {
     pub model: Option<String>,
     /// Why the server answered 400 without consulting the script, if it did.
     pub rejection: Option<String>,
+    /// When it arrived (its body read).
+    pub at: Instant,
 }
 
 impl RecordedRequest {
@@ -47,6 +49,20 @@ impl RecordedRequest {
             .and_then(Value::as_array)
             .map_or(&[], Vec::as_slice)
     }
+}
+
+/// A request the fake finished answering: its status, and when. A request whose client went away
+/// first (the connection closed during its latency or hang) has none — the answer was never
+/// produced, so nothing was paid for; that is how a test tells a call a killed client abandoned
+/// from one it received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// The request's [`RecordedRequest::seq`].
+    pub seq: usize,
+    /// The HTTP status sent.
+    pub status: u16,
+    /// When the response was handed to the connection.
+    pub at: Instant,
 }
 
 /// [`crate::FakeProvider::wait_for_requests`] gave up.

@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::record::{RecordedRequest, WaitTimeout};
+use crate::record::{Answer, RecordedRequest, WaitTimeout};
 use crate::script::{Behaviour, Latency, Reply, Script};
 use crate::wire::{Rendered, Wire, estimate_tokens};
 
@@ -47,8 +47,11 @@ pub struct FakeProvider {
 struct Shared {
     scripts: Mutex<HashMap<String, ModelScript>>,
     requests: Mutex<Vec<RecordedRequest>>,
+    answers: Mutex<Vec<Answer>>,
     /// How many requests have arrived; `wait_for_requests` watches it.
     received: watch::Sender<usize>,
+    /// How many responses were handed to their connection.
+    answered: AtomicUsize,
     /// Whether requests are kept (benchmarks turn it off to keep memory flat).
     recording: AtomicBool,
     shutdown: watch::Receiver<bool>,
@@ -78,7 +81,9 @@ impl FakeProvider {
         let shared = Arc::new(Shared {
             scripts: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
+            answers: Mutex::new(Vec::new()),
             received: watch::Sender::new(0),
+            answered: AtomicUsize::new(0),
             recording: AtomicBool::new(true),
             shutdown: shutdown_rx.clone(),
             next_id: AtomicU64::new(1),
@@ -193,6 +198,17 @@ impl FakeProvider {
         }
     }
 
+    /// Every answer kept so far, in the order they were sent (see [`Answer`]: a request whose
+    /// client went away before it was answered has none).
+    pub fn answers(&self) -> Vec<Answer> {
+        lock(&self.shared.answers).clone()
+    }
+
+    /// How many requests have been answered, kept or not.
+    pub fn answer_count(&self) -> usize {
+        self.shared.answered.load(Ordering::SeqCst)
+    }
+
     /// Stops the server: pending hangs and delays end at once, open connections close, and this
     /// returns when the server task is gone (aborting it after a grace period).
     pub async fn shutdown(mut self) {
@@ -219,12 +235,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Answers one request and notes the answer. If the client goes away first, hyper drops this
+/// future, so an abandoned request is recorded without an answer.
 async fn handle(
     wire: Wire,
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let (seq, response) = answer(wire, &shared, headers, body).await;
+    shared.answered(seq, response.status().as_u16());
+    response
+}
+
+async fn answer(wire: Wire, shared: &Shared, headers: HeaderMap, body: Bytes) -> (usize, Response) {
     let raw_body = String::from_utf8_lossy(&body).into_owned();
     let parsed: Result<Value, _> = serde_json::from_slice(&body);
     let model = parsed
@@ -237,7 +261,7 @@ async fn handle(
         Err(e) => Some(format!("the request body is not valid JSON: {e}")),
         Ok(b) => wire.validate(b).err(),
     };
-    shared.record(RecordedRequest {
+    let seq = shared.record(RecordedRequest {
         seq: 0,
         path: wire.path().to_owned(),
         headers: headers
@@ -253,14 +277,21 @@ async fn handle(
         raw_body: raw_body.clone(),
         model: model.clone(),
         rejection: rejection.clone(),
+        at: Instant::now(),
     });
     if let Some(reason) = rejection {
-        return json_response(StatusCode::BAD_REQUEST, &wire.error_body(400, &reason));
+        return (
+            seq,
+            json_response(StatusCode::BAD_REQUEST, &wire.error_body(400, &reason)),
+        );
     }
     let Some(model) = model else {
-        return json_response(
-            StatusCode::BAD_REQUEST,
-            &wire.error_body(400, "model: required"),
+        return (
+            seq,
+            json_response(
+                StatusCode::BAD_REQUEST,
+                &wire.error_body(400, "model: required"),
+            ),
         );
     };
     let next = {
@@ -273,7 +304,7 @@ async fn handle(
             }
         }
     };
-    match next {
+    let response = match next {
         None => json_response(
             StatusCode::NOT_FOUND,
             &wire.error_body(
@@ -291,20 +322,37 @@ async fn handle(
             ),
         ),
         Some(Ok(behaviour)) => shared.perform(wire, &model, &raw_body, behaviour).await,
-    }
+    };
+    (seq, response)
 }
 
 impl Shared {
-    /// Counts the request and keeps it when recording; `seq` is its place among all arrivals.
-    fn record(&self, mut request: RecordedRequest) {
+    /// Counts the request and keeps it when recording; returns its `seq`, its place among all
+    /// arrivals.
+    fn record(&self, mut request: RecordedRequest) -> usize {
         // The count and the list change under one lock so `seq` matches arrival order.
         let mut requests = lock(&self.requests);
         self.received.send_modify(|n| {
             request.seq = *n;
             *n += 1;
         });
+        let seq = request.seq;
         if self.recording.load(Ordering::Relaxed) {
             requests.push(request);
+        }
+        seq
+    }
+
+    /// Counts an answer and keeps it when recording.
+    fn answered(&self, seq: usize, status: u16) {
+        let mut answers = lock(&self.answers);
+        self.answered.fetch_add(1, Ordering::SeqCst);
+        if self.recording.load(Ordering::Relaxed) {
+            answers.push(Answer {
+                seq,
+                status,
+                at: Instant::now(),
+            });
         }
     }
 

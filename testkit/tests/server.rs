@@ -396,3 +396,50 @@ async fn recording_can_be_turned_off_while_counting_goes_on() {
     assert_eq!(fake.request_count(), 3);
     assert_eq!(kept.iter().map(|r| r.seq).collect::<Vec<_>>(), [0, 2]);
 }
+
+#[tokio::test]
+async fn answers_are_noted_with_their_status_and_an_abandoned_request_has_none() {
+    use tokio::io::AsyncWriteExt;
+    let fake = FakeProvider::start().await;
+    fake.script(
+        "slow",
+        Script::always(Behaviour::text("late").after(Duration::from_millis(300))),
+    );
+    fake.script(
+        "slower",
+        Script::new([
+            Behaviour::status(429).retry_after("1"),
+            Behaviour::text("later").after(Duration::from_millis(900)),
+        ]),
+    );
+    // A client that sends its request and goes away during the latency, as a killed process does.
+    let mut conn = tokio::net::TcpStream::connect(fake.addr()).await.unwrap();
+    let body = openai_body("slow").to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: fake\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(format!("{head}{body}").as_bytes())
+        .await
+        .unwrap();
+    fake.wait_for_requests(1, DEADLINE).await.unwrap();
+    drop(conn);
+    let (status, _, _) = post(&fake, "/v1/chat/completions", &openai_body("slower")).await;
+    assert_eq!(status, 429);
+    // When this returns, the abandoned request's 300 ms are long over: had it been answered, the
+    // answer would be noted by now.
+    let (status, _, _) = post(&fake, "/v1/chat/completions", &openai_body("slower")).await;
+    assert_eq!(status, 200);
+    let answers = fake.answers();
+    let noted: Vec<(usize, u16)> = answers.iter().map(|a| (a.seq, a.status)).collect();
+    assert_eq!(
+        noted,
+        [(1, 429), (2, 200)],
+        "the abandoned request 0 has no answer"
+    );
+    assert_eq!(fake.answer_count(), 2);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[0].at <= requests[1].at && requests[1].at <= answers[0].at);
+    assert!(answers[0].at <= requests[2].at && requests[2].at <= answers[1].at);
+}

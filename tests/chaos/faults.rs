@@ -1,0 +1,376 @@
+//! The faults the chaos suite injects during the run, each timed by a condition — "after the fake
+//! provider has received N requests", "until K stages have finished during the outage" — never by
+//! sleeping: kill -9 a worker with stages in flight (and start a replacement), kill and restart
+//! Redis, publish a poison message on a stage queue and see it dead-lettered with its reason,
+//! answer bursts of 429, stop and restart the broker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
+use verdict_backends::broker::{Broker, Message, Route};
+use verdict_proto::wire::Priority;
+use verdict_testkit::scenario::{REVIEWER, SUMMARY};
+use verdict_testkit::{Behaviour, FakeProvider, Script};
+
+use crate::pool::Pool;
+use crate::services::{PrivateRabbit, PrivateRedis};
+
+/// Provider requests received before each fault (a full run makes about 520).
+pub const KILL_AT: usize = 50;
+pub const REDIS_AT: usize = 120;
+pub const POISON_AT: usize = 170;
+pub const BURST_AT: usize = 200;
+pub const BROKER_AT: usize = 280;
+
+/// How long to wait for a threshold: a run that stalls before it has not earned the next fault.
+const REACH: Duration = Duration::from_secs(90);
+/// Redis stays down at least this long — longer than the store's own retries (a few seconds), so
+/// the workers see the outage — and until every provider call in flight when it died has been
+/// answered (stages finishing while Redis is down), at most `REDIS_OUTAGE_MAX`.
+const REDIS_OUTAGE_MIN: Duration = Duration::from_secs(8);
+const REDIS_OUTAGE_MAX: Duration = Duration::from_secs(20);
+/// A provider call of the workload lasts at most 2 s: one that arrived longer ago than this and
+/// has no answer was abandoned (by the killed worker), not in flight.
+const CALL_MAX: Duration = Duration::from_millis(2500);
+/// How long the poison message may take to reach the dead-letter queue.
+const DEAD_LETTER_WAIT: Duration = Duration::from_secs(30);
+/// 429 answers in a row, per model: the reviewers' burst is longer than one attempt's retry
+/// budget across the reviewer calls in flight.
+const BURSTS: [(&str, usize); 2] = [(SUMMARY, 20), (REVIEWER, 60)];
+const POLL: Duration = Duration::from_millis(50);
+
+pub const KILL_WORKER: &str = "kill -9 worker";
+pub const POISON: &[u8] = b"chaos: this is not a stage request";
+const SCHEDULER_DEAD_LETTERS: &str = "verdict_dead_letters_total";
+
+/// The services and processes the faults act on; dropped (so killed) with it.
+#[derive(Debug)]
+pub struct Chaos {
+    /// Field order is drop order: the pool before the services it uses.
+    pub pool: Pool,
+    pub redis: PrivateRedis,
+    pub rabbit: PrivateRabbit,
+}
+
+/// One injected fault.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub name: &'static str,
+    pub detail: String,
+    /// Since the start of the run.
+    pub at: Duration,
+    /// When it was over (the service back, the replacement up), since the start of the run.
+    pub until: Duration,
+    /// Provider requests received when it began.
+    pub at_request: usize,
+}
+
+/// The poison message's fate.
+#[derive(Debug, Clone, Default)]
+pub struct Poison {
+    /// The dead-letter reason, once it was found on the dead-letter queue.
+    pub reason: Option<String>,
+    /// How many deliveries the workers counted as poison meanwhile.
+    pub counted_by_workers: f64,
+    /// How much the scheduler's `verdict_dead_letters_total` rose meanwhile: a scheduler that
+    /// consumes the dead-letter queue may take the message before the suite sees it.
+    pub taken_by_scheduler: f64,
+    /// Other dead letters met while looking for it (put back on the dead-letter queue).
+    pub others_seen: usize,
+}
+
+impl Poison {
+    /// How the message was shown dead-lettered with its reason, or why it was not.
+    pub fn verdict(&self) -> Result<String, String> {
+        match &self.reason {
+            Some(reason) if !reason.is_empty() => {
+                Ok(format!("dead-lettered, reason {reason:?}"))
+            }
+            _ if self.counted_by_workers >= 1.0 && self.taken_by_scheduler >= 1.0 => Ok(
+                "dead-lettered by a worker as poison and consumed by the scheduler before the suite could read its reason"
+                    .to_owned(),
+            ),
+            Some(_) => Err("dead-lettered without a reason".to_owned()),
+            None => Err(format!(
+                "not found on the dead-letter queue within {DEAD_LETTER_WAIT:?} (workers counted {} poison deliveries)",
+                self.counted_by_workers
+            )),
+        }
+    }
+}
+
+/// What the injector did.
+#[derive(Debug)]
+pub struct Injected {
+    pub chaos: Chaos,
+    pub faults: Vec<Fault>,
+    /// Faults not injected, and why.
+    pub missed: Vec<String>,
+    pub poison: Poison,
+}
+
+struct Clock {
+    started: Instant,
+}
+
+impl Clock {
+    fn begin(&self, fake: &FakeProvider) -> (Duration, usize) {
+        (self.started.elapsed(), fake.request_count())
+    }
+
+    fn record(
+        &self,
+        name: &'static str,
+        detail: String,
+        (at, at_request): (Duration, usize),
+    ) -> Fault {
+        let fault = Fault {
+            name,
+            detail,
+            at,
+            until: self.started.elapsed(),
+            at_request,
+        };
+        eprintln!(
+            "chaos: +{:.1}s {} ({}), over at +{:.1}s",
+            fault.at.as_secs_f64(),
+            fault.name,
+            fault.detail,
+            fault.until.as_secs_f64()
+        );
+        fault
+    }
+}
+
+/// Injects every fault in turn, then returns the services and what happened. `done` is dropped
+/// when it returns (or panics): the workload then knows the faults are over.
+pub async fn inject(
+    mut chaos: Chaos,
+    fake: Arc<FakeProvider>,
+    amqp: AmqpConfig,
+    started: Instant,
+    done: watch::Sender<()>,
+) -> Injected {
+    let clock = Clock { started };
+    let mut faults = Vec::new();
+    let mut missed = Vec::new();
+    let mut poison = Poison::default();
+    let mut stalled = None;
+
+    // 1. kill -9 the worker with the most stages in flight, then start a replacement.
+    match reach(&fake, KILL_AT, &mut stalled).await {
+        Err(e) => missed.push(format!("kill -9 a worker: {e}")),
+        Ok(()) => {
+            let (id, in_flight) = busiest_worker(&chaos.pool).await;
+            let begun = clock.begin(&fake);
+            chaos.pool.kill_worker(&id).await;
+            let replacement = chaos.pool.start_worker().await;
+            faults.push(clock.record(
+                KILL_WORKER,
+                format!("{id} with {in_flight} stage(s) in flight; replacement {replacement}"),
+                begun,
+            ));
+        }
+    }
+
+    // 2. kill Redis (SIGKILL), keep it down while stages finish, restart it on its AOF.
+    match reach(&fake, REDIS_AT, &mut stalled).await {
+        Err(e) => missed.push(format!("kill and restart Redis: {e}")),
+        Ok(()) => {
+            let begun = clock.begin(&fake);
+            let killed = Instant::now();
+            let in_flight = calls_in_flight(&fake);
+            let answered = fake.answer_count();
+            chaos.redis.kill().await;
+            while (killed.elapsed() < REDIS_OUTAGE_MIN || !all_answered(&fake, &in_flight))
+                && killed.elapsed() < REDIS_OUTAGE_MAX
+            {
+                tokio::time::sleep(POLL).await;
+            }
+            let during = fake.answer_count() - answered;
+            chaos.redis.restart().await;
+            faults.push(clock.record(
+                "kill -9 Redis",
+                format!(
+                    "down {:.1} s, while {during} provider call(s) were answered ({} in flight at the kill); restarted on its AOF",
+                    killed.elapsed().as_secs_f64(),
+                    in_flight.len()
+                ),
+                begun,
+            ));
+        }
+    }
+
+    // 3. a poison message on the interactive stage queue.
+    match reach(&fake, POISON_AT, &mut stalled).await {
+        Err(e) => missed.push(format!("poison message: {e}")),
+        Ok(()) => {
+            let begun = clock.begin(&fake);
+            let poison_before = chaos.pool.deliveries().await.get("poison").copied();
+            let dead_before = chaos.pool.scheduler_metric(SCHEDULER_DEAD_LETTERS).await;
+            poison = publish_poison(amqp).await;
+            poison.counted_by_workers = chaos
+                .pool
+                .deliveries()
+                .await
+                .get("poison")
+                .copied()
+                .unwrap_or(0.0)
+                - poison_before.unwrap_or(0.0);
+            poison.taken_by_scheduler =
+                chaos.pool.scheduler_metric(SCHEDULER_DEAD_LETTERS).await - dead_before;
+            let detail = poison.verdict().unwrap_or_else(|e| e);
+            faults.push(clock.record("poison message", detail, begun));
+        }
+    }
+
+    // 4. bursts of 429 on the summary and reviewer models, then valid answers again.
+    match reach(&fake, BURST_AT, &mut stalled).await {
+        Err(e) => missed.push(format!("429 bursts: {e}")),
+        Ok(()) => {
+            let begun = clock.begin(&fake);
+            for (model, n) in BURSTS {
+                let burst = vec![Behaviour::status(429).retry_after("1"); n];
+                fake.script(model, Script::new(burst).then(valid_behaviour(model)));
+            }
+            let detail = BURSTS
+                .iter()
+                .map(|(model, n)| format!("{n} on {model}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            faults.push(clock.record(
+                "429 bursts",
+                format!("answers of 429 (Retry-After: 1) in a row: {detail}"),
+                begun,
+            ));
+        }
+    }
+
+    // 5. stop the broker gracefully and start it again.
+    match reach(&fake, BROKER_AT, &mut stalled).await {
+        Err(e) => missed.push(format!("broker restart: {e}")),
+        Ok(()) => {
+            let begun = clock.begin(&fake);
+            chaos.rabbit.stop().await;
+            chaos.rabbit.start_again().await;
+            faults.push(clock.record(
+                "broker restart",
+                "RabbitMQ stopped (SIGTERM) and started again on its data".to_owned(),
+                begun,
+            ));
+        }
+    }
+
+    drop(done);
+    Injected {
+        chaos,
+        faults,
+        missed,
+        poison,
+    }
+}
+
+/// The provider calls in flight now: arrived lately, not answered yet.
+fn calls_in_flight(fake: &FakeProvider) -> Vec<usize> {
+    let answered: std::collections::BTreeSet<usize> =
+        fake.answers().iter().map(|a| a.seq).collect();
+    fake.requests()
+        .iter()
+        .filter(|r| r.at.elapsed() < CALL_MAX && !answered.contains(&r.seq))
+        .map(|r| r.seq)
+        .collect()
+}
+
+fn all_answered(fake: &FakeProvider, calls: &[usize]) -> bool {
+    let answered: std::collections::BTreeSet<usize> =
+        fake.answers().iter().map(|a| a.seq).collect();
+    calls.iter().all(|c| answered.contains(c))
+}
+
+/// Waits until the fake provider has received `n` requests. Once one threshold was missed the
+/// run has stalled, and the later ones are not waited for.
+async fn reach(fake: &FakeProvider, n: usize, stalled: &mut Option<String>) -> Result<(), String> {
+    if let Some(why) = stalled {
+        return Err(format!("not reached either ({why})"));
+    }
+    fake.wait_for_requests(n, REACH)
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            let why = e.to_string();
+            *stalled = Some(why.clone());
+            why
+        })
+}
+
+/// The valid answer of a stage model, at the suite's latency.
+pub fn valid_behaviour(model: &str) -> Behaviour {
+    use verdict_testkit::scenario::{
+        REVIEWER_OK, SUMMARY_OK, TRIAGE, TRIAGE_OK, VALIDATOR, VALIDATOR_OK,
+    };
+    let text = match model {
+        m if m == TRIAGE => TRIAGE_OK,
+        m if m == SUMMARY => SUMMARY_OK,
+        m if m == REVIEWER => REVIEWER_OK,
+        m if m == VALIDATOR => VALIDATOR_OK,
+        other => panic!("no valid answer for model {other}"),
+    };
+    Behaviour::text(text).after_between(Duration::from_millis(500), Duration::from_secs(2))
+}
+
+/// The worker with the most stages in flight: waits up to 10 s for one with two or more, then
+/// takes the busiest.
+async fn busiest_worker(pool: &Pool) -> (String, f64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut counts = pool.in_flight().await;
+        counts.sort_by(|a, b| b.1.total_cmp(&a.1));
+        if let Some((id, n)) = counts.first().cloned()
+            && (n >= 2.0 || (n >= 1.0 && Instant::now() >= deadline))
+        {
+            return (id, n);
+        }
+        if Instant::now() >= deadline + Duration::from_secs(20) {
+            let (id, n) = counts.first().cloned().unwrap_or_default();
+            return (id, n);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Publishes the poison message and waits for it on the dead-letter queue. Other dead letters met
+/// there are put back with their reason (the scheduler may be the one meant to read them).
+async fn publish_poison(amqp: AmqpConfig) -> Poison {
+    let mut poison = Poison::default();
+    let broker = match tokio::time::timeout(DEAD_LETTER_WAIT, AmqpBroker::connect(amqp)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => panic!("connect to the private broker to publish the poison message: {e}"),
+        Err(_) => panic!("connecting to the private broker took over {DEAD_LETTER_WAIT:?}"),
+    };
+    let message = Message {
+        body: POISON.to_vec(),
+        headers: Default::default(),
+    };
+    broker
+        .publish(Route::Stages(Priority::Interactive), &message)
+        .await
+        .unwrap_or_else(|e| panic!("publish the poison message: {e}"));
+    let deadline = Instant::now() + DEAD_LETTER_WAIT;
+    while poison.reason.is_none() && Instant::now() < deadline {
+        let taken = broker.take_dead_letters(20).await.unwrap_or_default();
+        for (m, reason) in taken {
+            if m.body == POISON {
+                poison.reason = Some(reason);
+            } else {
+                poison.others_seen += 1;
+                let _ = broker.dead_letter(&m, &reason).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    broker.close().await;
+    poison
+}
