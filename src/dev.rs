@@ -46,6 +46,10 @@ impl DevPool {
         publisher: Option<Arc<dyn Publisher>>,
         workers: usize,
     ) -> Result<DevPool, WiringError> {
+        // Local paths are what `verdict dev` reviews; only its wiring accepts them (SPEC R4).
+        let mut config = config.clone();
+        config.repositories.allow_local_paths();
+        let config = &config;
         let broker = Arc::new(MemoryBroker::with_delivery_limit(
             config.broker.delivery_limit,
         ));

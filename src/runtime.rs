@@ -22,7 +22,9 @@ use verdict_backends::repo::{
 use verdict_backends::store::StateStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_proto::wire::StageKind;
-use verdict_scheduler::engine::{CodeHostSettings, Scheduler, SchedulerDeps, SchedulerSettings};
+use verdict_scheduler::engine::{
+    CodeHostSettings, Scheduler, SchedulerDeps, SchedulerSettings, SystemResolver,
+};
 use verdict_scheduler::metrics::SchedulerMetrics;
 use verdict_scheduler::pipeline::{PipelineSettings, StageSettings};
 use verdict_scheduler::publication::PublishSettings;
@@ -146,6 +148,7 @@ impl Assembly {
                 inputs: store.clone(),
                 repositories: b.repositories.clone(),
                 publisher: b.publisher.clone(),
+                resolver: Arc::new(SystemResolver),
                 clock: b.clock.clone(),
                 metrics: SchedulerMetrics::register(&self.registry)?,
             },
@@ -236,6 +239,9 @@ fn scheduler_settings(config: &Config) -> SchedulerSettings {
         message_max_bytes: config.broker.message_max_bytes,
         sweep_interval: config.scheduler.sweep_interval,
         stall_after: config.scheduler.stall_after,
+        intake_concurrency: config.scheduler.intake_concurrency,
+        intake_timeout: config.scheduler.intake_timeout,
+        repositories: config.repositories.allowlist.clone(),
         code_host: config.github.as_ref().map(|g| CodeHostSettings {
             web_host: g.web_host.clone(),
             publish: PublishSettings {
@@ -341,6 +347,8 @@ fn git_config(config: &Config, role: Role, slot: usize) -> GitSourceConfig {
     };
     let mut c = GitSourceConfig::new(config.worker.cache_dir.join(name));
     c.max_snapshot_bytes = config.worker.snapshot_cache_bytes;
+    c.fetch_timeout = config.repositories.fetch_timeout;
+    c.local_timeout = config.repositories.local_timeout;
     c
 }
 
@@ -395,6 +403,11 @@ mod tests {
             ("VERDICT_SCHEDULER__STALL_AFTER_SECONDS", "11"),
             ("VERDICT_WORKER__CLAIM_TTL_SECONDS", "13"),
             ("VERDICT_WORKER__SHUTDOWN_GRACE_SECONDS", "17"),
+            ("VERDICT_SCHEDULER__INTAKE_CONCURRENCY", "3"),
+            ("VERDICT_SCHEDULER__INTAKE_TIMEOUT_SECONDS", "19"),
+            ("VERDICT_REPOSITORIES__FETCH_TIMEOUT_SECONDS", "5"),
+            ("VERDICT_REPOSITORIES__LOCAL_TIMEOUT_SECONDS", "2"),
+            ("VERDICT_REPOSITORIES__ALLOW_HOSTS", "git.example.com"),
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned()));
         let config = Config::load(None, &env).unwrap();
@@ -402,6 +415,19 @@ mod tests {
         let scheduler = scheduler_settings(&config);
         assert_eq!(scheduler.sweep_interval, Duration::from_secs(7));
         assert_eq!(scheduler.stall_after, Duration::from_secs(11));
+        assert_eq!(scheduler.intake_concurrency, 3);
+        assert_eq!(scheduler.intake_timeout, Duration::from_secs(19));
+        assert!(
+            scheduler
+                .repositories
+                .check_url("https://git.example.com/a/b.git")
+                .is_ok()
+        );
+        assert!(scheduler.repositories.check_url("/srv/repo").is_err());
+
+        let git = git_config(&config, Role::Scheduler, 1);
+        assert_eq!(git.fetch_timeout, Duration::from_secs(5));
+        assert_eq!(git.local_timeout, Duration::from_secs(2));
 
         let consumer = consumer_settings(&config, "w".to_owned());
         assert_eq!(consumer.claim_ttl, Duration::from_secs(13));

@@ -18,7 +18,7 @@ use verdict_proto::wire::{EventType, Priority};
 use verdict_scheduler::document::RepositoryView;
 use verdict_scheduler::document::{TaskDocument, TaskState};
 use verdict_scheduler::service::{
-    ReviewSubmission, ScanSubmission, SubmissionOptions, TaskService,
+    ReviewSubmission, ScanSubmission, ServiceError, SubmissionOptions, TaskService,
 };
 use verdict_testkit::scenario::{self, Isolation};
 use verdict_testkit::{Behaviour, FakeProvider, Script};
@@ -31,17 +31,32 @@ struct Rig {
 }
 
 async fn rig(script: impl FnOnce(&FakeProvider)) -> Rig {
+    rig_with(script, "", None).await
+}
+
+/// [`rig`] with `repositories` keys added to `[repositories]` and, when given, git's fetch limit.
+async fn rig_with(
+    script: impl FnOnce(&FakeProvider),
+    repositories: &str,
+    fetch_timeout: Option<Duration>,
+) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let repo = scenario::sample_repo(&dir.path().join("repo")).unwrap();
     let fake = FakeProvider::start().await;
     script(&fake);
     let cache = dir.path().join("cache");
-    let toml = scenario::config_toml(&fake.base_url(), &Isolation::unique("dev"), &cache);
+    let toml = scenario::config_toml(&fake.base_url(), &Isolation::unique("dev"), &cache).replace(
+        "[repositories]\n",
+        &format!("[repositories]\n{repositories}"),
+    );
     let path = dir.path().join("verdict.toml");
     std::fs::write(&path, toml).unwrap();
     let config = Config::load(Some(&path), &[]).unwrap();
     let mut git = GitSourceConfig::new(&cache);
     git.env = vec![("GIT_CONFIG_GLOBAL".into(), "/dev/null".into())];
+    if let Some(limit) = fetch_timeout {
+        git.fetch_timeout = limit;
+    }
     let repositories = Arc::new(GitRepositorySource::open(git).unwrap());
     let providers = runtime::provider_registry(&config).unwrap();
     let pool = DevPool::start(&config, providers, repositories, None, 2).unwrap();
@@ -259,6 +274,148 @@ async fn a_poison_message_is_dead_lettered_while_the_pool_carries_on() {
         dead[0].1.contains("version 7"),
         "the reason names the problem: {}",
         dead[0].1
+    );
+}
+
+/// Issue 8, item 3: a repository that accepts the connection and never answers (a listener of
+/// this test, on loopback, allowed by name for it) fails its own review at the fetch limit, and
+/// a review submitted after it completes meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_that_never_answers_fails_only_its_own_review() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/x.git", listener.local_addr().unwrap());
+    let _silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let limit = Duration::from_secs(8);
+    let allowed =
+        "allow_schemes = [\"http\"]\nallow_hosts = [\"127.0.0.1\"]\nfetch_timeout_seconds = 8\n";
+    let rig = rig_with(happy, allowed, Some(limit)).await;
+    let hanging = ReviewSubmission {
+        repository: url.clone(),
+        ..review(&rig, "single")
+    };
+    let stuck = rig.pool.scheduler.submit_review(hanging).await.unwrap().id;
+    let submitted = tokio::time::Instant::now();
+
+    let doc = run(&rig, "single").await;
+    assert_eq!(doc.state, TaskState::Completed, "{doc:#?}");
+    let meanwhile = rig.pool.scheduler.task(&stuck).await.unwrap();
+    assert!(
+        submitted.elapsed() < limit && meanwhile.state == TaskState::Queued,
+        "the other review completed while this one still hung: {meanwhile:#?}"
+    );
+
+    let ended = rig
+        .pool
+        .wait(&stuck, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(ended.state, TaskState::Incomplete, "{ended:#?}");
+    assert_eq!(ended.failure_kind, Some(FailureKind::RepositoryUnavailable));
+    let reason = ended.reason.unwrap();
+    assert!(
+        reason.contains(&format!(
+            "git fetch for repository {url} did not finish within 8 s and was stopped"
+        )),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("raise `repositories.fetch_timeout_seconds`"),
+        "{reason}"
+    );
+}
+
+/// Issue 8, item 4: a title no stage request could carry is refused before anything is stored
+/// (the API answers 413 with this message), and the next review completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_title_no_message_can_carry_is_refused_and_the_next_review_completes() {
+    let rig = rig(happy).await;
+    let oversize = ReviewSubmission {
+        title: Some("t".repeat(1 << 20)),
+        ..review(&rig, "multi")
+    };
+    let refused = rig
+        .pool
+        .scheduler
+        .submit_review(oversize)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        ServiceError::TooLarge(
+            "title is 1048576 bytes, above its limit of 16384 bytes (1/64 of broker.message_max_bytes = 1048576, so that every stage request of the task fits one broker message); shorten it"
+                .to_owned()
+        )
+    );
+    let doc = run(&rig, "multi").await;
+    assert_eq!(doc.state, TaskState::Completed, "{doc:#?}");
+}
+
+/// Issue 8, item 4: a stage request larger than a message reaches a worker anyway (published by
+/// hand here: the scheduler itself never publishes one); the worker dead-letters it, and the
+/// dead letter ends its task with the reason instead of leaving it running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_stage_request_ends_its_task_with_the_reason() {
+    let rig = rig(|fake| fake.script(scenario::REVIEW, Script::always(Behaviour::hang()))).await;
+    let id = rig
+        .pool
+        .scheduler
+        .submit_review(review(&rig, "single"))
+        .await
+        .unwrap()
+        .id;
+    rig.fake
+        .wait_for_requests(1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let record = rig
+        .pool
+        .store
+        .get(&format!("task:{id}"))
+        .await
+        .unwrap()
+        .unwrap();
+    let task: serde_json::Value = serde_json::from_str(&record.body).unwrap();
+    let mut request: verdict_proto::wire::StageRequest =
+        serde_json::from_value(task["stages"][0]["request"].clone()).unwrap();
+    request.inputs.push(verdict_proto::wire::InputRef {
+        name: "pull request description".to_owned(),
+        content: verdict_proto::wire::InputContent::Inline {
+            text: "d".repeat(1 << 20),
+        },
+    });
+    let oversize = Message {
+        body: verdict_proto::wire::encode(&request).unwrap(),
+        headers: [
+            ("x-verdict-task".to_owned(), id.clone()),
+            ("x-verdict-stage".to_owned(), "review".to_owned()),
+        ]
+        .into(),
+    };
+    rig.pool
+        .broker
+        .publish(Route::Stages(Priority::Interactive), &oversize)
+        .await
+        .unwrap();
+
+    let doc = rig.pool.wait(&id, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(doc.state, TaskState::Incomplete, "{doc:#?}");
+    assert_eq!(doc.failure_kind, Some(FailureKind::InvalidRequest));
+    let reason = doc.reason.as_deref().unwrap();
+    assert!(
+        reason.starts_with("stage review could not run (invalid_request): its request was dead-lettered (stage request is "),
+        "{reason}"
+    );
+    assert!(reason.contains("above the 1048576-byte limit"), "{reason}");
+    assert!(types(&doc).contains(&EventType::Failed));
+    assert_eq!(
+        rig.pool.broker.depth(Route::DeadLetters),
+        0,
+        "taken and acknowledged"
     );
 }
 

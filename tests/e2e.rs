@@ -36,6 +36,8 @@ impl Drop for Proc {
 struct Pool {
     fake: FakeProvider,
     client: ApiClient,
+    /// The scheduler's API root, for its unauthenticated `/metrics`.
+    scheduler_url: String,
     /// The workers' metrics addresses (`host:port`).
     worker_metrics: Vec<String>,
     repo: String,
@@ -131,6 +133,7 @@ async fn pool(script: impl FnOnce(&FakeProvider)) -> Pool {
     Pool {
         fake,
         client,
+        scheduler_url: url.clone(),
         worker_metrics: vec![metrics_addr(&l1), metrics_addr(&l2)],
         repo: repo.display().to_string(),
         isolation,
@@ -304,38 +307,88 @@ async fn cancel_aborts_across_processes() {
     assert!(doc.result.is_none());
 }
 
+/// The value of the scheduler's metric line `series` (e.g. `name{label="x"}`), 0 when absent.
+async fn scheduler_metric(pool: &Pool, series: &str) -> u64 {
+    let body = reqwest::get(format!("{}/metrics", pool.scheduler_url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    body.lines()
+        .filter_map(|l| l.strip_prefix(&format!("{series} ")))
+        .filter_map(|v| v.trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// Poison on RabbitMQ: a worker dead-letters it with the reason, the scheduler consumes the dead
+/// letter and ends the task it belongs to with that reason (issue 8, item 4), or counts it when
+/// it names no task, and the pool carries on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_poison_message_is_dead_lettered_with_its_reason_while_the_pool_carries_on() {
-    let pool = pool(happy).await;
+async fn a_poison_message_is_dead_lettered_and_ends_its_task_while_the_pool_carries_on() {
+    let pool = pool(|fake| {
+        happy(fake);
+        // Scans stay running at the provider until the dead letter ends them.
+        fake.script(scenario::DEFAULT, Script::always(Behaviour::hang()));
+    })
+    .await;
+    let scan = verdict_scheduler::service::ScanSubmission {
+        repository: pool.repo.clone(),
+        revision: "main".to_owned(),
+        options: SubmissionOptions::default(),
+    };
+    let scan = pool.client.submit_scan(&scan).await.unwrap().id;
+    pool.fake
+        .wait_for_requests(1, Duration::from_secs(60))
+        .await
+        .unwrap();
     let broker = AmqpBroker::connect(amqp(&pool.isolation)).await.unwrap();
     let poison = Message {
         body: b"this is not a stage request".to_vec(),
+        headers: [
+            ("x-verdict-task".to_owned(), scan.clone()),
+            ("x-verdict-stage".to_owned(), "scan".to_owned()),
+        ]
+        .into(),
+    };
+    let anonymous = Message {
+        body: b"nor is this".to_vec(),
         headers: Default::default(),
     };
-    broker
-        .publish(Route::Stages(Priority::Interactive), &poison)
-        .await
-        .unwrap();
+    for message in [&poison, &anonymous] {
+        broker
+            .publish(Route::Stages(Priority::Interactive), message)
+            .await
+            .unwrap();
+    }
+
     let doc = review(&pool, "single").await;
     assert_eq!(
         doc.state,
         TaskState::Completed,
         "the pool carries on: {doc:#?}"
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let dead = loop {
-        let dead = broker.take_dead_letters(10).await.unwrap();
-        if !dead.is_empty() {
-            break dead;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no dead letter");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(dead[0].0.body, poison.body);
+    let ended = finish(&pool, &scan).await;
+    assert_eq!(ended.state, TaskState::Incomplete, "{ended:#?}");
+    assert_eq!(ended.failure_kind, Some(FailureKind::InvalidRequest));
+    let reason = ended.reason.unwrap();
     assert!(
-        dead[0].1.contains("not a JSON object"),
-        "the reason names the problem: {}",
-        dead[0].1
+        reason.starts_with("stage scan could not run (invalid_request): its request was dead-lettered (stage request is not a JSON object"),
+        "the worker's reason reaches the task: {reason}"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let unidentified = "verdict_dead_letters_total{queue=\"unidentified\"}";
+    while scheduler_metric(&pool, unidentified).await < 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the anonymous dead letter was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(deliveries(&pool, "poison").await, 2);
+    assert!(
+        broker.take_dead_letters(10).await.unwrap().is_empty(),
+        "the scheduler took every dead letter off the queue"
     );
     broker.close().await;
 }

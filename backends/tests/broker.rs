@@ -7,7 +7,8 @@
 //! Proven on both: FIFO per route with body and headers intact; separate routes; prefetch;
 //! several subscriptions sharing a route; ack, requeue (redelivered, growing delivery count) and
 //! settling exactly once; dropped deliveries and dropped subscriptions; the delivery limit and
-//! explicit dead letters with their reasons; delayed publishing (never early, then delivered);
+//! explicit dead letters with their reasons, and both consumed from the dead-letter route with
+//! their reasons; delayed publishing (never early, then delivered);
 //! many publishers at once; health; graceful shutdown with and without leftovers.
 //!
 //! RabbitMQ-only behaviour (topology, AMQP properties on the wire, unroutable messages,
@@ -27,7 +28,8 @@ use tokio::time::Instant;
 use verdict_backends::broker::amqp::AmqpBroker;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::broker::{
-    AckStatus, Broker, BrokerError, DELIVERY_LIMIT_REASON, Deliveries, Delivery, Message, Route,
+    AckStatus, Broker, BrokerError, DEAD_LETTER_REASON_HEADER, DELIVERY_LIMIT_REASON, Deliveries,
+    Delivery, Message, Route,
 };
 use verdict_proto::wire::Priority;
 
@@ -135,6 +137,7 @@ impl Harness {
                     INTERACTIVE => format!("{prefix}.stages.interactive"),
                     BULK => format!("{prefix}.stages.bulk"),
                     RESULTS => format!("{prefix}.results"),
+                    Route::DeadLetters => format!("{prefix}.dead"),
                 };
                 rabbitmq::ready_count(&queue).await as usize
             }
@@ -180,6 +183,7 @@ on_both_brokers!(
     a_dropped_subscription_still_settles_what_it_handed_out,
     the_delivery_limit_dead_letters_with_a_reason,
     dead_letter_records_the_reason,
+    dead_letters_are_consumed_with_their_reasons,
     delayed_messages_arrive_not_before_the_delay,
     many_publishers_at_once,
     shutdown_stops_subscriptions_and_waits_for_held_deliveries,
@@ -451,6 +455,73 @@ async fn dead_letter_records_the_reason(h: &Harness) {
             (message("worse"), "not a JSON object".to_owned())
         ]
     );
+}
+
+/// Every dead letter — moved there by `dead_letter`, or by the broker at the delivery limit — is
+/// consumed from the dead-letter route as it was published, its reason in the reason header; a
+/// requeued dead letter comes back (the dead letters have no delivery limit), an acknowledged one
+/// is gone; dead letters cannot be delayed.
+async fn dead_letters_are_consumed_with_their_reasons(h: &Harness) {
+    let broker = h.broker();
+    broker
+        .dead_letter(&message("bad"), "not a JSON object")
+        .await
+        .unwrap();
+    broker
+        .publish(INTERACTIVE, &message("poison"))
+        .await
+        .unwrap();
+    let mut stages = broker.consume(INTERACTIVE, 1).await.unwrap();
+    for _ in 0..=DELIVERY_LIMIT {
+        let delivery = next(&mut stages).await;
+        delivery.acker.requeue().await.unwrap();
+    }
+
+    let mut dead = broker.consume(Route::DeadLetters, 10).await.unwrap();
+    // RabbitMQ dead-letters on its own schedule: the order is not promised.
+    let mut held = BTreeMap::new();
+    for _ in 0..2 {
+        let delivery = next(&mut dead).await;
+        held.insert(name(&delivery), delivery);
+    }
+    let reasons: BTreeMap<&str, (String, Message)> = held
+        .iter()
+        .map(|(name, d)| {
+            let mut published = d.message.clone();
+            let reason = published.headers.remove(DEAD_LETTER_REASON_HEADER);
+            let reason = reason.expect("every dead letter carries its reason");
+            (name.as_str(), (reason, published))
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        BTreeMap::from([
+            ("bad", ("not a JSON object".to_owned(), message("bad"))),
+            (
+                "poison",
+                (DELIVERY_LIMIT_REASON.to_owned(), message("poison"))
+            ),
+        ])
+    );
+
+    let bad = held.remove("bad").unwrap();
+    assert_eq!(bad.acker.requeue().await.unwrap(), AckStatus::Done);
+    let again = next(&mut dead).await;
+    assert_eq!(name(&again), "bad");
+    assert!(again.redelivered);
+    for delivery in held.into_values().chain([again]) {
+        assert_eq!(delivery.acker.ack().await.unwrap(), AckStatus::Done);
+    }
+    drop(dead);
+    eventually("the dead letters taken", || async {
+        h.waiting(Route::DeadLetters).await == 0
+    })
+    .await;
+
+    let delayed = broker
+        .publish_delayed(Route::DeadLetters, &message("later"), DELAY)
+        .await;
+    assert!(matches!(delayed, Err(BrokerError::Other(_))), "{delayed:?}");
 }
 
 /// A delayed message never arrives before its delay (RabbitMQ rounds it up to a bucket, the

@@ -19,7 +19,8 @@ pub struct SchedulerMetrics {
     pub dispatches: IntCounterVec,
     /// `verdict_stage_results_total{stage, outcome}`: results applied to tasks.
     pub results: IntCounterVec,
-    /// `verdict_dead_letters_total{queue}`: messages the scheduler dead-lettered as poison.
+    /// `verdict_dead_letters_total{queue}`: messages the scheduler dead-lettered as poison
+    /// (`results`), and dead letters it consumed that name no task it knows (`unidentified`).
     pub dead_letters: IntCounterVec,
     /// `verdict_task_conflicts_total`: compare-and-set retries (replicas racing on one task).
     pub conflicts: IntCounter,
@@ -72,7 +73,7 @@ impl SchedulerMetrics {
             dead_letters: IntCounterVec::new(
                 Opts::new(
                     "verdict_dead_letters_total",
-                    "Messages dead-lettered as poison, by queue.",
+                    "Messages dead-lettered as poison, by queue (results), and consumed dead letters that named no known task (unidentified).",
                 ),
                 &["queue"],
             )?,

@@ -161,6 +161,10 @@ pub enum ServiceError {
     /// 409: e.g. cancelling a task that already ended.
     #[error("{0}")]
     Conflict(String),
+    /// 413: a field is larger than the pool can carry; the message names the field, its size
+    /// and the limit.
+    #[error("{0}")]
+    TooLarge(String),
     /// 503: a backend is down; retry later.
     #[error("service unavailable: {0}")]
     Unavailable(String),

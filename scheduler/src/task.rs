@@ -153,6 +153,11 @@ pub struct TaskRecord {
     #[serde(default)]
     pub coverage: Coverage,
     pub created_unix_ms: u64,
+    /// When the intake that owns this queued task started (its submission, or a sweeper's
+    /// takeover): the intake ends by this time plus its timeout, so only an older one is a crashed
+    /// replica's to take over. `None`: no intake owns it (given back by a stopping replica).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intake_started_unix_ms: Option<u64>,
     #[serde(default)]
     pub started_unix_ms: Option<u64>,
     #[serde(default)]

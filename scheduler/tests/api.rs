@@ -542,7 +542,7 @@ async fn serve_scheduler() -> Server {
     }
 }
 
-const REPO_URL: &str = "https://x-access-token:s3cret@git.example.com/shop.git";
+const REPO_URL: &str = "https://git.example.com/shop.git";
 const HEAD_COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
 
 /// The task's document once `done` holds for it (intake runs in the background).
@@ -618,7 +618,7 @@ async fn a_task_shows_the_revision_given_and_the_commit_it_resolved_to() {
     assert_eq!(
         doc["repository"],
         json!({
-            "url": "https://x-access-token:[REDACTED]@git.example.com/shop.git",
+            "url": "https://git.example.com/shop.git",
             "revision": "HEAD",
             "commit": HEAD_COMMIT,
         })
@@ -636,11 +636,96 @@ async fn a_task_shows_the_revision_given_and_the_commit_it_resolved_to() {
     assert_eq!(doc["failure_kind"], "not_found");
     let reason = doc["reason"].as_str().unwrap();
     assert!(
-        reason.starts_with("revision `no-such-branch` was not found in repository https://x-access-token:[REDACTED]@git.example.com/shop.git"),
+        reason.starts_with(
+            "revision `no-such-branch` was not found in repository https://git.example.com/shop.git"
+        ),
         "{reason}"
     );
     assert_eq!(doc["repository"]["revision"], "no-such-branch");
     assert!(doc["repository"].get("commit").is_none(), "{doc}");
+}
+
+/// Issue 8, item 5: hostile sources are refused at the API with a 400 naming the rule, and
+/// nothing is stored. Checked by the allowlist alone: nothing here could fetch (the scheduler's
+/// repositories are in memory).
+#[tokio::test]
+async fn repositories_the_allowlist_refuses_are_a_400_naming_the_rule() {
+    let srv = serve_scheduler().await;
+    let cases = [
+        ("/etc", "repositories.allow_local_paths"),
+        ("file:///etc/passwd", "repositories.allow_local_paths"),
+        ("ext::sh -c touch% /tmp/pwned", "whitespace"),
+        ("ext::git-remote-x", "never allowed"),
+        ("fd::17", "never allowed"),
+        (
+            "http://git.example.com/shop.git",
+            "repositories.allow_schemes",
+        ),
+        (
+            "ssh://git@git.example.com/shop.git",
+            "repositories.allow_schemes",
+        ),
+        (
+            "git://git.example.com/shop.git",
+            "repositories.allow_schemes",
+        ),
+        ("https://169.254.169.254/latest", "repositories.allow_hosts"),
+        ("https://127.0.0.1/shop.git", "repositories.allow_hosts"),
+        ("https://localhost/shop.git", "repositories.allow_hosts"),
+        ("https://internal.corp/shop.git", "repositories.allow_hosts"),
+        ("https://2130706433/shop.git", "four decimal numbers"),
+        (
+            "https://x-access-token:s3cret@git.example.com/shop.git",
+            "carries credentials",
+        ),
+    ];
+    for (repository, rule) in cases {
+        for (path, body) in [
+            (
+                "/v1/scans",
+                json!({"repository": repository, "revision": "HEAD"}),
+            ),
+            (
+                "/v1/reviews",
+                json!({"repository": repository, "base": "main", "head": "feature"}),
+            ),
+            (
+                "/v1/issue-analyses",
+                json!({"repository": repository, "issue": {"title": "Crash"}}),
+            ),
+        ] {
+            let r = srv.post_json(path, &body.to_string()).send().await.unwrap();
+            let (code, message) = error_of(r, StatusCode::BAD_REQUEST).await;
+            assert_eq!(code, "invalid_request", "{repository}");
+            assert!(
+                message.contains("is not allowed") && message.contains(rule),
+                "{path} {repository}: {message}"
+            );
+            assert!(!message.contains("s3cret"), "{message}");
+        }
+    }
+}
+
+/// Issue 8, item 4: a title the pool could never carry is a 413 naming the field, its size and
+/// the limit, before anything is stored.
+#[tokio::test]
+async fn a_title_larger_than_a_stage_request_carries_is_a_413() {
+    let srv = serve_scheduler().await;
+    let body = json!({"repository": REPO_URL, "base": "main", "head": "feature",
+        "title": "t".repeat(512 * 1024)})
+    .to_string();
+    let r = srv.post_json("/v1/reviews", &body).send().await.unwrap();
+    let (code, message) = error_of(r, StatusCode::PAYLOAD_TOO_LARGE).await;
+    assert_eq!(code, "payload_too_large");
+    assert!(
+        message.starts_with("title is 524288 bytes, above its limit of 16384 bytes (1/64 of broker.message_max_bytes = 1048576"),
+        "{message}"
+    );
+    let body = json!({"repository": REPO_URL, "base": "main", "head": "feature",
+        "title": "Coupons"})
+    .to_string();
+    let r = srv.post_json("/v1/reviews", &body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED, "a normal review after it");
 }
 
 #[tokio::test]

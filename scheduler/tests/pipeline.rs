@@ -93,6 +93,7 @@ fn task(pipeline: PipelineKind, triage: bool, reviewers: u8) -> TaskRecord {
         result: None,
         coverage: Default::default(),
         created_unix_ms: 0,
+        intake_started_unix_ms: None,
         started_unix_ms: None,
         finished_unix_ms: None,
         deadline_unix_ms: 600_000,

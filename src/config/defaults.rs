@@ -62,6 +62,12 @@ pub(super) const API_MAX_BODY_BYTES: i64 = 1 << 20;
 
 pub(super) const SWEEP_INTERVAL_SECONDS: i64 = 10;
 pub(super) const STALL_AFTER_SECONDS: i64 = 30;
+pub(super) const INTAKE_CONCURRENCY: i64 = 8;
+/// Longer than one fetch may take, so git's own limit (which names the repository) comes first.
+pub(super) const INTAKE_TIMEOUT_SECONDS: i64 = 900;
+
+pub(super) const FETCH_TIMEOUT_SECONDS: i64 = 600;
+pub(super) const LOCAL_TIMEOUT_SECONDS: i64 = 300;
 
 pub(super) const CONCURRENCY: i64 = 8;
 pub(super) const BULK_CONCURRENCY: i64 = 4;

@@ -41,6 +41,7 @@ use std::time::Duration;
 
 use verdict_proto::Language;
 use verdict_proto::wire::{RepairPolicy, StageKind, Tool};
+use verdict_scheduler::engine::RepositoryAllowlist;
 use verdict_worker::executor::{ExecutorSettings, RateLimits};
 use verdict_worker::provider::{ApiKeyError, ProviderSettings, Secret};
 use verdict_worker::retry::RetryPolicy;
@@ -68,6 +69,8 @@ pub struct Config {
     pub pipeline: PipelineConfig,
     /// `[github]`, when the table is present.
     pub github: Option<GitHubConfig>,
+    /// `[repositories]`: which repositories tasks may name, and git's time limits.
+    pub repositories: RepositoriesConfig,
     /// `[providers.<name>]`, in name order, API keys already resolved.
     pub providers: Vec<ProviderSettings>,
     /// The provider a stage uses unless `[stages.<stage>] provider` says otherwise.
@@ -217,9 +220,34 @@ pub struct WorkerConfig {
 pub struct SchedulerConfig {
     /// How often every scheduler replica sweeps the active tasks.
     pub sweep_interval: Duration,
-    /// A stage still unpublished (or an intake still unfinished) this long after it was written
-    /// is taken over by the sweeper.
+    /// A stage still unpublished (or an intake nobody owns) this long after it was written is
+    /// taken over by the sweeper.
     pub stall_after: Duration,
+    /// Intakes (revisions resolved, a review's change read) running at once per replica.
+    pub intake_concurrency: usize,
+    /// How long an intake may take, waiting for a slot included, before its task ends
+    /// `incomplete`; only an intake older than this is taken over by another replica.
+    pub intake_timeout: Duration,
+}
+
+/// `[repositories]`: the repository allowlist (SPEC R4) and the time limits of git processes.
+#[derive(Debug, Clone)]
+pub struct RepositoriesConfig {
+    /// `allow_hosts`, `allow_owners`, `allow_patterns`, `allow_schemes` and
+    /// `allow_local_paths`, checked, with the `[github]` host allowed.
+    pub allowlist: RepositoryAllowlist,
+    /// `fetch_timeout_seconds`: the longest a git process that talks to the remote may run.
+    pub fetch_timeout: Duration,
+    /// `local_timeout_seconds`: the longest a git process that only reads the local mirror may
+    /// run.
+    pub local_timeout: Duration,
+}
+
+impl RepositoriesConfig {
+    /// Accepts absolute local paths too: what `verdict dev`'s wiring turns on.
+    pub fn allow_local_paths(&mut self) {
+        self.allowlist = self.allowlist.with_local_paths();
+    }
 }
 
 /// `[pipeline]`: the multi-stage PR review (SPEC S1, X4).

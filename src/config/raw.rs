@@ -103,6 +103,7 @@ table! {
         retry: Table(RawRetry, RETRY),
         pipeline: Table(RawPipeline, PIPELINE),
         github: Table(RawGitHub, GITHUB),
+        repositories: Table(RawRepositories, REPOSITORIES),
         providers: Named(RawProvider, PROVIDER, Any),
         stages: Named(RawStage, STAGE, Stages),
     }
@@ -146,6 +147,21 @@ table! {
     RawScheduler, SCHEDULER {
         sweep_interval_seconds: Int,
         stall_after_seconds: Int,
+        intake_concurrency: Int,
+        intake_timeout_seconds: Int,
+    }
+}
+
+table! {
+    /// `[repositories]`
+    RawRepositories, REPOSITORIES {
+        allow_hosts: List,
+        allow_owners: List,
+        allow_patterns: List,
+        allow_schemes: List,
+        allow_local_paths: Bool,
+        fetch_timeout_seconds: Int,
+        local_timeout_seconds: Int,
     }
 }
 

@@ -84,6 +84,14 @@ fn defaults() {
     assert_eq!(c.worker.record_retry, Duration::from_secs(300));
     assert_eq!(c.scheduler.sweep_interval, Duration::from_secs(10));
     assert_eq!(c.scheduler.stall_after, Duration::from_secs(30));
+    assert_eq!(c.scheduler.intake_concurrency, 8);
+    assert_eq!(c.scheduler.intake_timeout, Duration::from_secs(900));
+    assert_eq!(c.repositories.fetch_timeout, Duration::from_secs(600));
+    assert_eq!(c.repositories.local_timeout, Duration::from_secs(300));
+    // Nothing remote is allowed until a host is configured, and no local path.
+    let allowlist = &c.repositories.allowlist;
+    assert!(allowlist.check_url("https://github.com/a/b.git").is_err());
+    assert!(allowlist.check_url("/srv/repo").is_err());
     assert_eq!(c.retry, verdict_worker::retry::RetryPolicy::default());
     assert_eq!(c.pipeline.reviewers, 2);
     assert_eq!(c.pipeline.max_diff_bytes_per_reviewer, 200_000);
@@ -346,6 +354,51 @@ fn every_validation_error_names_its_key() {
         (
             "[scheduler]\nsweep_interval_seconds = 0",
             "config key scheduler.sweep_interval_seconds = 0 is too small; set it to 1 or more",
+        ),
+        (
+            "[scheduler]\nintake_concurrency = 0",
+            "config key scheduler.intake_concurrency = 0 is out of range 1–1024",
+        ),
+        (
+            "[scheduler]\nintake_timeout_seconds = 600",
+            "config key scheduler.intake_timeout_seconds = 600 is not longer than repositories.fetch_timeout_seconds = 600: an intake fetches at least once",
+        ),
+        // repositories
+        (
+            "[repositories]\nfetch_timeout_seconds = 0",
+            "config key repositories.fetch_timeout_seconds = 0 is too small; set it to 1 or more",
+        ),
+        (
+            "[repositories]\nlocal_timeout_seconds = 0",
+            "config key repositories.local_timeout_seconds = 0 is too small",
+        ),
+        (
+            "[repositories]\nallow_hosts = [\"https://github.com\"]",
+            "config key repositories.allow_hosts = \"https://github.com\" is not a host; write a host name",
+        ),
+        (
+            "[repositories]\nallow_hosts = [\"\"]",
+            "config key repositories.allow_hosts[0] = \"\" must not be empty",
+        ),
+        (
+            "[repositories]\nallow_owners = [\"acme\"]",
+            "config key repositories.allow_owners = \"acme\" names no host, and no [github] is configured; write HOST/OWNER",
+        ),
+        (
+            "[repositories]\nallow_patterns = [\"github.com/acme/*\"]",
+            "config key repositories.allow_patterns = \"github.com/acme/*\" does not start with a scheme",
+        ),
+        (
+            "[repositories]\nallow_schemes = [\"ext\"]",
+            "config key repositories.allow_schemes = \"ext\" makes git run a program",
+        ),
+        (
+            "[repositories]\nallow_schemes = [\"file\"]",
+            "config key repositories.allow_schemes = \"file\" is a local path, which only `verdict dev` reads",
+        ),
+        (
+            "[repositories]\nallow_local_paths = \"yes\"",
+            "config key repositories.allow_local_paths = \"yes\" must be a boolean",
         ),
         (
             "[worker]\nshutdown_grace_seconds = -1",
@@ -822,7 +875,7 @@ fn unknown_keys_list_the_valid_ones() {
     let e = err(&format!("colour = 1\n{BASE}"), &[]);
     assert_eq!(
         e,
-        "config key colour is unknown; valid top-level keys: review_timeout_seconds, protocol_repair_max_attempts, output_language, issue_categories, default_provider, broker, redis, api, scheduler, worker, retry, pipeline, github, providers, stages"
+        "config key colour is unknown; valid top-level keys: review_timeout_seconds, protocol_repair_max_attempts, output_language, issue_categories, default_provider, broker, redis, api, scheduler, worker, retry, pipeline, github, repositories, providers, stages"
     );
 }
 
@@ -1203,6 +1256,52 @@ fn github_errors_name_the_key_and_the_fix() {
         let e = err(&text, vars);
         assert!(e.contains(expected), "{table}: {e}");
     }
+}
+
+#[test]
+fn the_allowlist_allows_the_github_host_and_what_is_listed() {
+    let c = ok(
+        &format!(
+            "[github]\ntoken_env = \"GH\"\n[repositories]\nallow_hosts = [\"git.example.com:8443\"]\nallow_owners = [\"gitlab.com/team\"]\nallow_schemes = [\"ssh\"]\n{BASE}"
+        ),
+        &[("GH", "ghp_x")],
+    );
+    let allowlist = &c.repositories.allowlist;
+    for url in [
+        "https://github.com/anyone/repo.git",
+        "https://git.example.com:8443/x.git",
+        "https://gitlab.com/team/tool.git",
+        "git@github.com:acme/shop.git",
+    ] {
+        assert!(allowlist.check_url(url).is_ok(), "{url}");
+    }
+    for url in [
+        "https://git.example.com/x.git",
+        "https://gitlab.com/other/tool.git",
+        "http://github.com/a/b.git",
+        "/srv/repo",
+    ] {
+        assert!(allowlist.check_url(url).is_err(), "{url}");
+    }
+    // Owners on the GitHub host narrow it.
+    let c = ok(
+        &format!("[github]\ntoken_env = \"GH\"\n[repositories]\nallow_owners = [\"acme\"]\n{BASE}"),
+        &[("GH", "ghp_x")],
+    );
+    let allowlist = &c.repositories.allowlist;
+    assert!(
+        allowlist
+            .check_url("https://github.com/acme/shop.git")
+            .is_ok()
+    );
+    assert!(
+        allowlist
+            .check_url("https://github.com/other/shop.git")
+            .is_err()
+    );
+    let mut dev = c.repositories.clone();
+    dev.allow_local_paths();
+    assert!(dev.allowlist.check_url("/srv/repo").is_ok());
 }
 
 #[test]

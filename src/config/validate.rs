@@ -22,8 +22,8 @@ use super::defaults as d;
 use super::env::{self, Origins};
 use super::raw::{self, Field, Kind, Names, RawConfig, RawProvider, RawStage};
 use super::{
-    ApiConfig, BrokerConfig, Config, ConfigError, ConfigWarning, PipelineConfig, RedisConfig,
-    SchedulerConfig, StageConfig, TokenSource, WorkerConfig,
+    ApiConfig, BrokerConfig, Config, ConfigError, ConfigWarning, GitHubConfig, PipelineConfig,
+    RedisConfig, RepositoriesConfig, SchedulerConfig, StageConfig, TokenSource, WorkerConfig,
 };
 
 /// Parses, overrides and validates one configuration text. `file` names it in syntax errors;
@@ -500,11 +500,12 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
     let broker = broker(raw.broker, ctx)?;
     let redis = redis(raw.redis, ctx)?;
     let api = api(raw.api, ctx)?;
-    let scheduler = scheduler(raw.scheduler, ctx)?;
     let worker = worker(raw.worker, ctx, from_file)?;
     let retry = retry(raw.retry, ctx)?;
     let pipeline = pipeline(raw.pipeline, ctx)?;
     let github = super::github::github(raw.github, ctx)?;
+    let repositories = repositories(raw.repositories, github.as_ref(), ctx)?;
+    let scheduler = scheduler(raw.scheduler, &repositories, ctx)?;
 
     if raw.providers.is_empty() {
         return Err(ctx.err(
@@ -590,6 +591,7 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
         retry,
         pipeline,
         github,
+        repositories,
         providers,
         default_provider,
         stages,
@@ -847,7 +849,27 @@ fn worker(
     })
 }
 
-fn scheduler(raw: raw::RawScheduler, ctx: &Ctx<'_>) -> Result<SchedulerConfig, ConfigError> {
+fn scheduler(
+    raw: raw::RawScheduler,
+    repositories: &RepositoriesConfig,
+    ctx: &Ctx<'_>,
+) -> Result<SchedulerConfig, ConfigError> {
+    let intake_timeout = ctx.seconds(
+        "scheduler.intake_timeout_seconds",
+        raw.intake_timeout_seconds,
+        d::INTAKE_TIMEOUT_SECONDS,
+        1,
+    )?;
+    let fetch = repositories.fetch_timeout.as_secs();
+    if intake_timeout <= repositories.fetch_timeout {
+        return Err(ctx.err(
+            "scheduler.intake_timeout_seconds",
+            Some(intake_timeout.as_secs().to_string()),
+            format!(
+                "is not longer than repositories.fetch_timeout_seconds = {fetch}: an intake fetches at least once, and git's own limit names the repository; set it above {fetch}"
+            ),
+        ));
+    }
     Ok(SchedulerConfig {
         sweep_interval: ctx.seconds(
             "scheduler.sweep_interval_seconds",
@@ -859,6 +881,66 @@ fn scheduler(raw: raw::RawScheduler, ctx: &Ctx<'_>) -> Result<SchedulerConfig, C
             "scheduler.stall_after_seconds",
             raw.stall_after_seconds,
             d::STALL_AFTER_SECONDS,
+            1,
+        )?,
+        intake_concurrency: ctx.num(
+            "scheduler.intake_concurrency",
+            raw.intake_concurrency,
+            d::INTAKE_CONCURRENCY,
+            1,
+            Some(d::MAX_CONCURRENCY),
+        )?,
+        intake_timeout,
+    })
+}
+
+/// `[repositories]`: the allowlist's entries each checked (an error names the key and the
+/// entry), with the `[github]` web host allowed without repeating it.
+fn repositories(
+    raw: raw::RawRepositories,
+    github: Option<&GitHubConfig>,
+    ctx: &Ctx<'_>,
+) -> Result<RepositoriesConfig, ConfigError> {
+    use verdict_scheduler::engine::{AllowlistRules, RepositoryAllowlist};
+    let rules = AllowlistRules {
+        hosts: ctx.names(
+            "repositories.allow_hosts",
+            raw.allow_hosts.unwrap_or_default(),
+        )?,
+        owners: ctx.names(
+            "repositories.allow_owners",
+            raw.allow_owners.unwrap_or_default(),
+        )?,
+        patterns: ctx.names(
+            "repositories.allow_patterns",
+            raw.allow_patterns.unwrap_or_default(),
+        )?,
+        schemes: ctx.names(
+            "repositories.allow_schemes",
+            raw.allow_schemes.unwrap_or_default(),
+        )?,
+        local_paths: raw.allow_local_paths.unwrap_or(false),
+        code_host: github.map(|g| g.web_host.clone()),
+    };
+    let allowlist = RepositoryAllowlist::new(&rules).map_err(|e| {
+        let key = match e.setting {
+            "code_host" => "github.web_url".to_owned(),
+            setting => format!("repositories.{setting}"),
+        };
+        ctx.err(&key, Some(quote(&e.value)), e.problem)
+    })?;
+    Ok(RepositoriesConfig {
+        allowlist,
+        fetch_timeout: ctx.seconds(
+            "repositories.fetch_timeout_seconds",
+            raw.fetch_timeout_seconds,
+            d::FETCH_TIMEOUT_SECONDS,
+            1,
+        )?,
+        local_timeout: ctx.seconds(
+            "repositories.local_timeout_seconds",
+            raw.local_timeout_seconds,
+            d::LOCAL_TIMEOUT_SECONDS,
             1,
         )?,
     })

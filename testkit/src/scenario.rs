@@ -51,7 +51,9 @@ impl Isolation {
 }
 
 /// A complete configuration for a pool on the fake provider at `base_url`, with one model per
-/// stage, one reviewer per file, a one-round repair budget for speed, and fast retries.
+/// stage, one reviewer per file, a one-round repair budget for speed, and fast retries. The
+/// sample repository is a local path, which `verdict scheduler` reads only when
+/// `[repositories] allow_local_paths` says so.
 pub fn config_toml(base_url: &str, isolation: &Isolation, cache_dir: &Path) -> String {
     format!(
         r#"review_timeout_seconds = 120
@@ -89,6 +91,9 @@ max_inline_wait_seconds = 5
 [pipeline]
 reviewers = 2
 triage = true
+
+[repositories]
+allow_local_paths = true
 
 [providers.fake]
 kind = "openai"

@@ -3,8 +3,9 @@
 //! Per-route FIFO queues; `prefetch` unsettled deliveries per subscription; several
 //! subscriptions on one route share its messages round-robin; ack, requeue, the redelivered flag
 //! and delivery count; poison messages dead-lettered after `delivery_limit` redeliveries with
-//! reason [`DELIVERY_LIMIT_REASON`]; delays on tokio's clock, so paused-time tests run instantly;
-//! shutdown that takes back whatever is still unsettled after the grace.
+//! reason [`DELIVERY_LIMIT_REASON`], and every dead letter consumable from
+//! [`Route::DeadLetters`] with its reason; delays on tokio's clock, so paused-time tests run
+//! instantly; shutdown that takes back whatever is still unsettled after the grace.
 //!
 //! Where RabbitMQ leaves a choice, this broker decides:
 //! - A requeued message goes back to the **front** of its queue, ahead of newer messages, so
@@ -24,7 +25,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::{
     AckStatus, Acknowledge, Broker, BrokerError, BrokerHealth, DEAD_LETTER_REASON_HEADER,
-    DELIVERY_LIMIT_REASON, Deliveries, Delivery, Message, Route,
+    DELIVERY_LIMIT_REASON, Deliveries, Delivery, Message, Route, no_delayed_dead_letters,
 };
 use crate::BoxFuture;
 
@@ -110,8 +111,9 @@ impl MemoryBroker {
         }
     }
 
-    /// Dead-lettered messages as they were published, with their reasons, oldest first (what
-    /// `AmqpBroker::take_dead_letters` returns, without removing them).
+    /// Every message dead-lettered so far as it was published, with its reason, oldest first
+    /// (what `AmqpBroker::take_dead_letters` returns, without removing them): a record kept
+    /// beside [`Route::DeadLetters`], whose consumers take them off that queue.
     pub fn dead_letters(&self) -> Vec<(Message, String)> {
         self.lock().dead.clone()
     }
@@ -147,18 +149,26 @@ impl MemoryBroker {
         lock(&self.state)
     }
 
-    fn enqueue(&self, route: Route, message: Message) -> Result<(), BrokerError> {
+    fn enqueue(&self, route: Route, mut message: Message) -> Result<(), BrokerError> {
         let mut state = self.lock();
         state.refuse_when_closed()?;
-        state
-            .routes
-            .entry(route)
-            .or_default()
-            .ready
-            .push_back(Queued {
-                message,
-                returns: 0,
-            });
+        if route == Route::DeadLetters {
+            let reason = message
+                .headers
+                .remove(DEAD_LETTER_REASON_HEADER)
+                .unwrap_or_default();
+            state.bury(message, reason);
+        } else {
+            state
+                .routes
+                .entry(route)
+                .or_default()
+                .ready
+                .push_back(Queued {
+                    message,
+                    returns: 0,
+                });
+        }
         dispatch(&self.state, &mut state, route);
         Ok(())
     }
@@ -174,13 +184,31 @@ impl State {
         Ok(())
     }
 
+    /// Records a dead letter (`message` as published) and queues it on [`Route::DeadLetters`]
+    /// with its reason in [`DEAD_LETTER_REASON_HEADER`]; the caller dispatches that route.
+    fn bury(&mut self, mut message: Message, reason: String) {
+        message.headers.remove(DEAD_LETTER_REASON_HEADER);
+        let mut queued = message.clone();
+        queued
+            .headers
+            .insert(DEAD_LETTER_REASON_HEADER.to_owned(), reason.clone());
+        self.dead.push((message, reason));
+        self.routes
+            .entry(Route::DeadLetters)
+            .or_default()
+            .ready
+            .push_back(Queued {
+                message: queued,
+                returns: 0,
+            });
+    }
+
     /// A delivery came back: to the front of its queue, or to the dead letters once it came back
-    /// more often than the delivery limit allows.
+    /// more often than the delivery limit allows (the dead letters themselves have no limit).
     fn give_back(&mut self, route: Route, mut queued: Queued) {
         queued.returns += 1;
-        if queued.returns > self.delivery_limit {
-            self.dead
-                .push((queued.message, DELIVERY_LIMIT_REASON.to_owned()));
+        if route != Route::DeadLetters && queued.returns > self.delivery_limit {
+            self.bury(queued.message, DELIVERY_LIMIT_REASON.to_owned());
         } else {
             self.routes
                 .entry(route)
@@ -330,6 +358,7 @@ impl MemoryAcker {
         }
         if requeue {
             state.give_back(held.route, held.queued);
+            dispatch(&shared, &mut state, Route::DeadLetters);
         }
         dispatch(&shared, &mut state, held.route);
         AckStatus::Done
@@ -373,6 +402,9 @@ impl Broker for MemoryBroker {
     ) -> BoxFuture<'a, Result<(), BrokerError>> {
         Box::pin(async move {
             self.lock().refuse_when_closed()?;
+            if route == Route::DeadLetters {
+                return Err(no_delayed_dead_letters());
+            }
             let broker = self.clone();
             let message = message.clone();
             tokio::spawn(async move {
@@ -385,9 +417,10 @@ impl Broker for MemoryBroker {
         })
     }
 
-    /// Keeps the message as it was published, with `reason` beside it: there is no wire to
-    /// carry [`DEAD_LETTER_REASON_HEADER`], and [`MemoryBroker::dead_letters`] reads back what
-    /// `AmqpBroker::take_dead_letters` does.
+    /// Queues the message on [`Route::DeadLetters`] with `reason` in
+    /// [`DEAD_LETTER_REASON_HEADER`], and keeps it as it was published, with `reason` beside it,
+    /// for [`MemoryBroker::dead_letters`] (which reads back what `AmqpBroker::take_dead_letters`
+    /// does).
     fn dead_letter<'a>(
         &'a self,
         message: &'a Message,
@@ -396,9 +429,8 @@ impl Broker for MemoryBroker {
         Box::pin(async move {
             let mut state = self.lock();
             state.refuse_when_closed()?;
-            let mut message = message.clone();
-            message.headers.remove(DEAD_LETTER_REASON_HEADER);
-            state.dead.push((message, reason.to_owned()));
+            state.bury(message.clone(), reason.to_owned());
+            dispatch(&self.state, &mut state, Route::DeadLetters);
             Ok(())
         })
     }

@@ -1,5 +1,6 @@
 //! The message broker behind one small trait (SPEC Q1): stage requests out to workers, stage
-//! results back to the scheduler, delayed retries and dead letters. [`amqp`] is RabbitMQ (lapin);
+//! results back to the scheduler, delayed retries, and dead letters with their reasons, which the
+//! scheduler consumes to end the tasks they belong to (SPEC R5). [`amqp`] is RabbitMQ (lapin);
 //! [`memory`] is the in-process broker of `verdict dev` and unit tests. Both pass one conformance
 //! suite (`backends/tests/broker.rs`): what the docs here promise, it checks on both.
 //!
@@ -16,7 +17,8 @@ use crate::BoxFuture;
 pub mod amqp;
 pub mod memory;
 
-/// Where a message goes: a stage queue (by priority class) or the results queue.
+/// Where a message goes: a stage queue (by priority class), the results queue, or the
+/// dead-letter queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Route {
     /// Stage requests; interactive and bulk travel on separate queues so bulk never starves
@@ -24,6 +26,13 @@ pub enum Route {
     Stages(Priority),
     /// Stage results, consumed by the scheduler replicas.
     Results,
+    /// Dead letters: what [`Broker::dead_letter`] moved there and what the broker dead-lettered
+    /// itself (the delivery limit), consumed by the scheduler replicas. Every delivery from here
+    /// carries its reason in [`DEAD_LETTER_REASON_HEADER`], the message's other headers as they
+    /// were published. The queue has no delivery limit: a dead letter is never lost by being
+    /// requeued. Publishing here directly dead-letters without a reason (the header is then
+    /// empty); delayed publishing here is refused.
+    DeadLetters,
 }
 
 /// A message as the application sees it: the encoded body and string headers. Headers carry the
@@ -34,7 +43,8 @@ pub struct Message {
     pub headers: BTreeMap<String, String>,
 }
 
-/// The header a dead-lettered message carries: why it was dead-lettered.
+/// The header a dead-lettered message carries: why it was dead-lettered. Present on every
+/// delivery from [`Route::DeadLetters`], whoever dead-lettered the message.
 pub const DEAD_LETTER_REASON_HEADER: &str = "x-verdict-dead-letter-reason";
 
 /// The reason of a message dead-lettered because it came back more often than the delivery limit
@@ -101,6 +111,13 @@ impl Deliveries {
     }
 }
 
+/// The refusal of a delayed dead letter, the same on every broker.
+pub(crate) fn no_delayed_dead_letters() -> BrokerError {
+    BrokerError::Other(
+        "dead letters cannot be published with a delay; use dead_letter, or publish to the dead-letter route without one".to_owned(),
+    )
+}
+
 /// Broker failures, each naming what to check.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BrokerError {
@@ -149,6 +166,7 @@ pub trait Broker: Send + Sync + fmt::Debug {
     /// that dead-letter back), without holding a consumer slot, as a first delivery. Never before
     /// `delay`: RabbitMQ rounds it up to its next delay bucket (only a delay beyond the longest
     /// bucket is cut to it), the memory broker waits exactly. A zero delay publishes at once.
+    /// [`Route::DeadLetters`] cannot be delayed: that is refused with [`BrokerError::Other`].
     fn publish_delayed<'a>(
         &'a self,
         route: Route,
@@ -159,7 +177,8 @@ pub trait Broker: Send + Sync + fmt::Debug {
     /// Moves a message to the dead-letter queue with `reason` recorded in
     /// [`DEAD_LETTER_REASON_HEADER`] (poison messages, SPEC Q1/R2). The caller acks the original
     /// afterwards. A message requeued more often than the delivery limit allows is dead-lettered
-    /// by the broker itself, with reason [`DELIVERY_LIMIT_REASON`].
+    /// by the broker itself, with reason [`DELIVERY_LIMIT_REASON`]. Either way it can then be
+    /// consumed from [`Route::DeadLetters`].
     fn dead_letter<'a>(
         &'a self,
         message: &'a Message,

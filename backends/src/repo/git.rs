@@ -43,6 +43,16 @@
 //! no credential helper), never reads the system config (`GIT_CONFIG_NOSYSTEM=1`), refuses the
 //! `ext::` transport, ignores `GIT_DIR`-style variables inherited from the worker, speaks English
 //! (`LC_ALL=C`, so its messages can be classified) and is killed when the request is cancelled.
+//! The `fd::` transport is refused like `ext::`: it reads from a file descriptor of the process
+//! and would wait forever.
+//!
+//! # Time limits
+//! Every git process runs under a limit and is killed when it expires (SPEC R5), reported as
+//! [`RepoError::Timeout`] naming the operation and the setting to raise: processes that talk to
+//! the remote get [`GitSourceConfig::fetch_timeout`], those that only read the mirror
+//! [`GitSourceConfig::local_timeout`] (`git archive` into `tar` counts as one). A fetch also
+//! tells curl to give up on a transfer that stalls slightly longer than the fetch limit, so the
+//! HTTP helper git starts ends by itself after git is killed.
 //! The global config is read (that is where `url.<base>.insteadOf` and `http.extraHeader` live);
 //! tests isolate it through [`GitSourceConfig::env`].
 //!
@@ -171,6 +181,47 @@ fn lock_directory(dir: &Path) -> Result<DirectoryLock, RepoError> {
 /// How long a git message may be when quoted in an error.
 const MAX_STDERR_CHARS: usize = 600;
 
+/// The configuration keys of the two time limits, named in [`RepoError::Timeout`].
+pub const FETCH_TIMEOUT_SETTING: &str = "repositories.fetch_timeout_seconds";
+pub const LOCAL_TIMEOUT_SETTING: &str = "repositories.local_timeout_seconds";
+
+/// How much longer than the fetch limit curl waits on a stalled transfer: git's own limit
+/// expires first (and names the setting), the helper it leaves behind ends soon after.
+const STALL_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What a git process does: its name in errors, and whether it talks to the remote (and so runs
+/// under the fetch limit) or only reads the mirror (the local limit).
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    action: &'static str,
+    remote: bool,
+}
+
+const INIT: Step = Step {
+    action: "git init",
+    remote: false,
+};
+const FETCH: Step = Step {
+    action: "git fetch",
+    remote: true,
+};
+const REV_PARSE: Step = Step {
+    action: "git rev-parse",
+    remote: false,
+};
+const MERGE_BASE: Step = Step {
+    action: "git merge-base",
+    remote: false,
+};
+const DIFF: Step = Step {
+    action: "git diff",
+    remote: false,
+};
+const ARCHIVE: Step = Step {
+    action: "git archive",
+    remote: false,
+};
+
 /// Configuration of [`GitRepositorySource`].
 #[derive(Debug, Clone)]
 pub struct GitSourceConfig {
@@ -188,6 +239,11 @@ pub struct GitSourceConfig {
     /// HTTP headers for fetches (see the module documentation). Default none: git fetches with
     /// whatever the URL and the global config give it.
     pub credentials: Option<Arc<dyn GitCredentials>>,
+    /// The longest a git process that talks to the remote (a fetch) may run. Default 600 s.
+    pub fetch_timeout: std::time::Duration,
+    /// The longest a git process that only reads the mirror may run (`rev-parse`, `diff`,
+    /// `archive` with its `tar`). Default 300 s.
+    pub local_timeout: std::time::Duration,
 }
 
 impl GitSourceConfig {
@@ -200,6 +256,8 @@ impl GitSourceConfig {
             tar_program: PathBuf::from("tar"),
             env: Vec::new(),
             credentials: None,
+            fetch_timeout: std::time::Duration::from_secs(600),
+            local_timeout: std::time::Duration::from_secs(300),
         }
     }
 }
@@ -326,7 +384,7 @@ impl GitRepositorySource {
             .map_err(RepoError::io("create directory in", self.cache.tmp_dir()))?;
         let mut init = self.git(None);
         init.args(["init", "--bare", "--quiet"]).arg(scratch.path());
-        let out = self.run(init, cancel).await?;
+        let out = self.run(init, INIT, remote, cancel).await?;
         if !out.status.success() {
             return Err(git_failed("git init", remote, &out));
         }
@@ -357,7 +415,9 @@ impl GitRepositorySource {
         cancel: &CancellationToken,
     ) -> Result<String, RepoError> {
         if revision.names_sha()
-            && let Some(sha) = self.rev_parse(mirror, revision.as_str(), cancel).await?
+            && let Some(sha) = self
+                .rev_parse(mirror, remote, revision.as_str(), cancel)
+                .await?
         {
             return Ok(sha);
         }
@@ -366,7 +426,7 @@ impl GitRepositorySource {
             .args(["fetch", "--quiet", "--prune", "--no-write-fetch-head", "--"])
             .arg(remote.url)
             .arg("+refs/*:refs/*");
-        let out = self.run(fetch, cancel).await?;
+        let out = self.run(fetch, FETCH, remote, cancel).await?;
         if !out.status.success() {
             return Err(classify_remote_failure(remote, &out));
         }
@@ -381,16 +441,19 @@ impl GitRepositorySource {
             }
             let typed = format!("{REMOTE_HEAD_REF}{}", revision.suffix());
             return self
-                .rev_parse(mirror, &typed, cancel)
+                .rev_parse(mirror, remote, &typed, cancel)
                 .await?
                 .ok_or_else(not_found);
         }
-        if let Some(sha) = self.rev_parse(mirror, revision.as_str(), cancel).await? {
+        if let Some(sha) = self
+            .rev_parse(mirror, remote, revision.as_str(), cancel)
+            .await?
+        {
             return Ok(sha);
         }
         if let Some(branch) = remote_branch(revision.name()) {
             let typed = format!("refs/heads/{branch}{}", revision.suffix());
-            if let Some(sha) = self.rev_parse(mirror, &typed, cancel).await? {
+            if let Some(sha) = self.rev_parse(mirror, remote, &typed, cancel).await? {
                 return Ok(sha);
             }
         }
@@ -402,8 +465,11 @@ impl GitRepositorySource {
                 .args(["fetch", "--quiet", "--no-write-fetch-head", "--"])
                 .arg(remote.url)
                 .arg(revision.name());
-            self.run(fetch_one, cancel).await?;
-            if let Some(sha) = self.rev_parse(mirror, revision.as_str(), cancel).await? {
+            self.run(fetch_one, FETCH, remote, cancel).await?;
+            if let Some(sha) = self
+                .rev_parse(mirror, remote, revision.as_str(), cancel)
+                .await?
+            {
                 return Ok(sha);
             }
         }
@@ -423,7 +489,7 @@ impl GitRepositorySource {
             .args(["fetch", "--quiet", "--no-write-fetch-head", "--"])
             .arg(remote.url)
             .arg(format!("+HEAD:{REMOTE_HEAD_REF}"));
-        let out = self.run(fetch, cancel).await?;
+        let out = self.run(fetch, FETCH, remote, cancel).await?;
         if out.status.success() {
             return Ok(true);
         }
@@ -438,13 +504,14 @@ impl GitRepositorySource {
     async fn rev_parse(
         &self,
         mirror: &Path,
+        remote: &Remote<'_>,
         commit: &str,
         cancel: &CancellationToken,
     ) -> Result<Option<String>, RepoError> {
         let mut cmd = self.git(Some(mirror));
         cmd.args(["rev-parse", "--verify", "--quiet"])
             .arg(format!("{commit}^{{commit}}"));
-        let out = self.run(cmd, cancel).await?;
+        let out = self.run(cmd, REV_PARSE, remote, cancel).await?;
         let sha = String::from_utf8_lossy(&out.stdout)
             .trim()
             .to_ascii_lowercase();
@@ -493,10 +560,9 @@ impl GitRepositorySource {
             .kill_on_drop(true);
         let extract = self.spawn(extract, &self.config.tar_program)?;
 
-        let (archived, extracted) = cancellable(cancel, async {
-            tokio::join!(archive.wait_with_output(), extract.wait_with_output())
-        })
-        .await?;
+        // Both processes are dropped, and so killed, when the limit expires.
+        let both = async { tokio::join!(archive.wait_with_output(), extract.wait_with_output()) };
+        let (archived, extracted) = self.limited(ARCHIVE, remote, cancel, both).await?;
         let archived = archived.map_err(RepoError::io("run git archive for", scratch.path()))?;
         let extracted = extracted.map_err(RepoError::io("run tar for", scratch.path()))?;
         if !archived.status.success() {
@@ -535,7 +601,12 @@ impl GitRepositorySource {
             .env("LC_ALL", "C")
             .envs(self.config.env.iter().map(|(k, v)| (k, v)))
             .args(["-c", "credential.helper=", "-c", "core.askPass="])
-            .args(["-c", "protocol.ext.allow=never"])
+            .args([
+                "-c",
+                "protocol.ext.allow=never",
+                "-c",
+                "protocol.fd.allow=never",
+            ])
             .stdin(Stdio::null())
             .kill_on_drop(true);
         if let Some(dir) = git_dir {
@@ -555,6 +626,11 @@ impl GitRepositorySource {
         cancel: &CancellationToken,
     ) -> Result<Command, RepoError> {
         let mut cmd = self.git(Some(mirror));
+        // A transfer stalled (under 1 byte/s) for longer than the fetch limit is given up by curl
+        // itself, so the helper process does not outlive git's kill by more than the margin.
+        let stall = (self.config.fetch_timeout + STALL_MARGIN).as_secs().max(1);
+        cmd.args(["-c", "http.lowSpeedLimit=1", "-c"])
+            .arg(format!("http.lowSpeedTime={stall}"));
         let Some(credentials) = &self.config.credentials else {
             return Ok(cmd);
         };
@@ -586,13 +662,44 @@ impl GitRepositorySource {
         })
     }
 
-    async fn run(&self, mut cmd: Command, cancel: &CancellationToken) -> Result<Output, RepoError> {
+    /// Runs one git process for `step` to its end, within the step's time limit.
+    async fn run(
+        &self,
+        mut cmd: Command,
+        step: Step,
+        remote: &Remote<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Output, RepoError> {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let child = self.spawn(cmd, &self.config.git_program)?;
-        // Dropping the child on cancellation kills it (`kill_on_drop`).
-        cancellable(cancel, child.wait_with_output())
+        // Dropping the child on cancellation or expiry kills it (`kill_on_drop`).
+        self.limited(step, remote, cancel, child.wait_with_output())
             .await?
             .map_err(RepoError::io("wait for git in", &self.config.cache_dir))
+    }
+
+    /// `work` (which owns the processes of `step`) unless `cancel` fires or the step's limit
+    /// expires first; either way `work` is dropped, killing its processes.
+    async fn limited<T>(
+        &self,
+        step: Step,
+        remote: &Remote<'_>,
+        cancel: &CancellationToken,
+        work: impl Future<Output = T>,
+    ) -> Result<T, RepoError> {
+        let (limit, setting) = if step.remote {
+            (self.config.fetch_timeout, FETCH_TIMEOUT_SETTING)
+        } else {
+            (self.config.local_timeout, LOCAL_TIMEOUT_SETTING)
+        };
+        cancellable(cancel, tokio::time::timeout(limit, work))
+            .await?
+            .map_err(|_| RepoError::Timeout {
+                action: step.action,
+                url: remote.shown.clone(),
+                seconds: u64::try_from(limit.as_millis().div_ceil(1000)).unwrap_or(u64::MAX),
+                setting,
+            })
     }
 }
 
@@ -626,7 +733,7 @@ impl GitRepositorySource {
         // without a common commit are compared directly.
         let mut merge_base = self.git(Some(&mirror));
         merge_base.args(["merge-base", &base, &head]);
-        let out = self.run(merge_base, cancel).await?;
+        let out = self.run(merge_base, MERGE_BASE, &remote, cancel).await?;
         let found = String::from_utf8_lossy(&out.stdout)
             .trim()
             .to_ascii_lowercase();
@@ -646,7 +753,7 @@ impl GitRepositorySource {
             &head,
             "--",
         ]);
-        let out = self.run(diff, cancel).await?;
+        let out = self.run(diff, DIFF, &remote, cancel).await?;
         if !out.status.success() {
             return Err(git_failed("git diff", &remote, &out));
         }
@@ -1032,6 +1139,70 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, RepoError::Cancelled));
+    }
+
+    /// Issue 8, item 3: a remote that accepts the connection and never answers. The fetch is
+    /// killed at its limit and reported with the setting to raise; the HTTP helper git left
+    /// behind lets the connection go by itself soon after. Loopback only.
+    #[tokio::test]
+    async fn a_remote_that_never_answers_is_given_up_at_the_fetch_limit() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/x.git", listener.local_addr().unwrap());
+        let silent = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            while let Ok(n) = socket.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = GitSourceConfig::new(dir.path().join("cache"));
+        config.env = vec![
+            ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
+            ("HOME".into(), dir.path().display().to_string()),
+        ];
+        config.fetch_timeout = std::time::Duration::from_millis(1500);
+        let source = GitRepositorySource::open(config).unwrap();
+        let started = tokio::time::Instant::now();
+
+        let cancel = CancellationToken::new();
+        let resolving = RepositorySource::resolve(&source, &url, "main", &cancel);
+        let err = tokio::time::timeout(std::time::Duration::from_secs(30), resolving)
+            .await
+            .expect("the fetch limit ends the request")
+            .unwrap_err();
+
+        assert!(started.elapsed() >= std::time::Duration::from_millis(1500));
+        assert!(
+            matches!(
+                err,
+                RepoError::Timeout {
+                    action: "git fetch",
+                    setting: FETCH_TIMEOUT_SETTING,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(err.failure_kind(), FailureKind::RepositoryUnavailable);
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&format!(
+                "git fetch for repository {url} did not finish within 2 s"
+            )),
+            "{message}"
+        );
+        assert!(
+            message.contains("raise `repositories.fetch_timeout_seconds`"),
+            "{message}"
+        );
+        tokio::time::timeout(std::time::Duration::from_secs(30), silent)
+            .await
+            .expect("the connection is let go, no git process is left waiting on it")
+            .unwrap();
     }
 
     #[test]

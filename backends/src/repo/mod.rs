@@ -212,6 +212,18 @@ pub enum RepoError {
         retryable: bool,
     },
 
+    /// A git process ran past its time limit and was killed (SPEC R5).
+    #[error(
+        "{action} for repository {url} did not finish within {seconds} s and was stopped; check that the host answers and that the URL is right, or raise `{setting}` for a large repository or a slow host"
+    )]
+    Timeout {
+        action: &'static str,
+        url: String,
+        seconds: u64,
+        /// The configuration key of the limit that expired.
+        setting: &'static str,
+    },
+
     #[error("the snapshot was cancelled")]
     Cancelled,
 }
@@ -221,7 +233,8 @@ impl RepoError {
     /// alike: a repository or revision that does not exist is the request's mistake
     /// (`not_found`), so is a malformed reference (`invalid_request`); network trouble,
     /// unexpected git failures and local I/O (a full disk frees up as snapshots are evicted) are
-    /// `repository_unavailable` and worth another attempt; a missing `git` or a cache directory
+    /// `repository_unavailable` and worth another attempt, and so is a git process that ran out of
+    /// time (a host that never answers, or a clone slower than its limit); a missing `git` or a cache directory
     /// shared by two processes is a deployment fault (`internal`). Credentials that could not be
     /// had are `repository_unavailable` when the host may answer later, else `not_found`, as
     /// git's own "access denied" is.
@@ -233,9 +246,10 @@ impl RepoError {
             RepoError::InvalidRevision(_) | RepoError::InvalidReference { .. } => {
                 FailureKind::InvalidRequest
             }
-            RepoError::Unreachable { .. } | RepoError::GitFailed { .. } | RepoError::Io { .. } => {
-                FailureKind::RepositoryUnavailable
-            }
+            RepoError::Unreachable { .. }
+            | RepoError::GitFailed { .. }
+            | RepoError::Io { .. }
+            | RepoError::Timeout { .. } => FailureKind::RepositoryUnavailable,
             // As git's own refusals are: a host that will not let us in is "not found".
             RepoError::Credentials { retryable, .. } => {
                 if *retryable {
@@ -377,6 +391,15 @@ mod tests {
                 FailureKind::Internal,
             ),
             (RepoError::Cancelled, FailureKind::Cancelled),
+            (
+                RepoError::Timeout {
+                    action: "git fetch",
+                    url: url(),
+                    seconds: 600,
+                    setting: "repositories.fetch_timeout_seconds",
+                },
+                FailureKind::RepositoryUnavailable,
+            ),
             (
                 RepoError::Credentials {
                     host: "github.com".into(),

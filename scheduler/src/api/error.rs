@@ -118,6 +118,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotFound(_) => ApiError::not_found(message),
             ServiceError::Invalid(_) => ApiError::invalid(message),
             ServiceError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            ServiceError::TooLarge(_) => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
+            }
             ServiceError::Unavailable(_) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
             }
@@ -135,6 +138,11 @@ mod tests {
             (ServiceError::NotFound("t-1".into()), 404, "not_found"),
             (ServiceError::Invalid("bad".into()), 400, "invalid_request"),
             (ServiceError::Conflict("ended".into()), 409, "conflict"),
+            (
+                ServiceError::TooLarge("title is 2 bytes".into()),
+                413,
+                "payload_too_large",
+            ),
             (
                 ServiceError::Unavailable("redis".into()),
                 503,

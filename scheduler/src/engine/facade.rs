@@ -1,17 +1,18 @@
 //! The scheduler as the API and the CLI see it: [`TaskService`] for [`Scheduler`]. Submissions
-//! become new records that intake picks up in the background; look-ups, event streams,
+//! are checked (their fields and sizes by [`submission`], their repository by the allowlist),
+//! then become new records that intake picks up in the background; look-ups, event streams,
 //! cancellation and readiness go to the part that owns each.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::IntCounterVec;
-use tokio_util::task::TaskTracker;
 use verdict_backends::BoxFuture;
 use verdict_backends::broker::Broker;
 use verdict_backends::clock::Clock;
 use verdict_backends::store::{CancelSignals, StoredEvent};
 
+use super::allowlist::{HostResolver, RepositoryAllowlist};
 use super::intake::Intake;
 use super::progress::Progress;
 use super::records::TaskRecords;
@@ -39,17 +40,12 @@ pub(super) struct Service {
     broker: Arc<dyn Broker>,
     clock: Arc<dyn Clock>,
     submitted: IntCounterVec,
-    /// Where intakes run, so the scheduler can wait for them at shutdown.
-    background: TaskTracker,
+    allowlist: RepositoryAllowlist,
+    resolver: Arc<dyn HostResolver>,
 }
 
 impl Service {
-    pub fn new(
-        deps: &SchedulerDeps,
-        settings: &SchedulerSettings,
-        parts: &Parts,
-        background: &TaskTracker,
-    ) -> Service {
+    pub fn new(deps: &SchedulerDeps, settings: &SchedulerSettings, parts: &Parts) -> Service {
         Service {
             defaults: TaskDefaults::new(settings),
             records: parts.records.clone(),
@@ -60,7 +56,8 @@ impl Service {
             broker: deps.broker.clone(),
             clock: deps.clock.clone(),
             submitted: deps.metrics.submitted.clone(),
-            background: background.clone(),
+            allowlist: settings.repositories.clone(),
+            resolver: deps.resolver.clone(),
         }
     }
 
@@ -68,9 +65,24 @@ impl Service {
         self.clock.now_unix_ms()
     }
 
-    /// Stores a new task, opens its stream and starts its intake in the background.
+    /// Checks the task's repository against the allowlist (SPEC R4), then stores it, opens its
+    /// stream and starts its intake in the background; the new record names this replica's
+    /// intake as its owner from now.
     async fn admit(&self, mut task: TaskRecord) -> Result<Submitted, ServiceError> {
+        if let Some(repo) = &task.repository {
+            self.allowlist
+                .check(&repo.url, self.resolver.as_ref())
+                .await
+                .map_err(|refusal| {
+                    if refusal.retryable {
+                        ServiceError::Unavailable(refusal.to_string())
+                    } else {
+                        ServiceError::Invalid(refusal.to_string())
+                    }
+                })?;
+        }
         task.created_unix_ms = self.now();
+        task.intake_started_unix_ms = Some(task.created_unix_ms);
         match self.records.create(&task).await {
             Ok(()) => {}
             // Random ids do not collide: the id came from an idempotency key already used, and
@@ -85,10 +97,7 @@ impl Service {
         self.progress
             .append(&task.id, &[submission::queued_event(&task)])
             .await;
-        let intake = self.intake.clone();
-        let id = task.id.clone();
-        self.background
-            .spawn(async move { intake.start(&id).await });
+        self.intake.spawn(&task.id);
         Ok(Submitted { id: task.id })
     }
 

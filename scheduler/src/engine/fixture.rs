@@ -17,6 +17,7 @@ use verdict_backends::store::{DocumentStore, StoreError, Versioned};
 use verdict_proto::Language;
 use verdict_proto::publication::{ItemRef, RepoId};
 
+use super::allowlist::{AllowlistRules, RepositoryAllowlist, StaticResolver};
 use super::submission::TaskDefaults;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
 use crate::metrics::SchedulerMetrics;
@@ -30,6 +31,7 @@ pub(super) const V1: &str = "5ca1ab1e00000000000000000000000000000001";
 /// The commit `main` of [`REPO`] names in pull requests of [`Fixture::pull_request`].
 pub(super) const MAIN_COMMIT: &str = "0000000000000000000000000000000000000a11";
 pub(super) const STALL_AFTER: Duration = Duration::from_secs(30);
+pub(super) const INTAKE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// One file changed by one added line.
 pub(super) const DIFF: &str = "diff --git a/src/cart.rs b/src/cart.rs\n--- a/src/cart.rs\n+++ b/src/cart.rs\n@@ -1,2 +1,3 @@\n fn total() {\n+    apply_coupon();\n }\n";
@@ -85,6 +87,7 @@ impl Fixture {
             inputs: store.clone(),
             repositories: repositories.clone(),
             publisher: Some(publisher.clone()),
+            resolver: Arc::new(StaticResolver::new()),
             clock: Arc::new(TokioClock::new()),
             metrics,
         };
@@ -104,6 +107,14 @@ impl Fixture {
             sweep_interval: Duration::from_secs(10),
             stall_after: STALL_AFTER,
             code_host: Some(code_host()),
+            intake_concurrency: 8,
+            intake_timeout: INTAKE_TIMEOUT,
+            repositories: RepositoryAllowlist::new(&AllowlistRules {
+                hosts: vec!["example.test".to_owned()],
+                code_host: Some("github.com".to_owned()),
+                ..AllowlistRules::default()
+            })
+            .unwrap(),
         };
         let background = TaskTracker::new();
         let stop = CancellationToken::new();

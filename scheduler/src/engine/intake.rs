@@ -4,11 +4,25 @@
 //! in per-file pieces by [`crate::diff_pieces`]). The task keeps the revisions as given beside
 //! the commits, and every stage works on the commits. A task that cannot be prepared ends
 //! `incomplete` with the reason and a failure kind: a revision or repository that does not exist
-//! is the request's mistake (`not_found`), never `internal`.
+//! is the request's mistake (`not_found`), never `internal`; a repository the allowlist refuses
+//! is `invalid_request`, checked before any git process runs.
+//!
+//! Intakes never run in the scheduler's loops (issue 8): [`Intake::spawn`] runs each in the
+//! background, at most `scheduler.intake_concurrency` at once (the rest wait for a slot), and
+//! only once per task in this process. An intake owns its task from the time stamped on the
+//! record (`intake_started_unix_ms`, written at submission or by the sweeper's compare-and-set
+//! takeover) until that time plus `scheduler.intake_timeout_seconds`, waiting for a slot
+//! included: it ends the task by then, so the sweeper takes over only intakes older than that,
+//! the ones a crashed replica left. A stopping scheduler gives its intakes in flight back.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use verdict_backends::clock::Clock;
 use verdict_backends::publish::{PublishError, Publisher};
 use verdict_backends::repo::{RepoError, RepositorySource};
@@ -16,12 +30,13 @@ use verdict_backends::store::InputStore;
 use verdict_proto::outcome::FailureKind;
 use verdict_proto::wire::RepositoryRef;
 
-use super::SchedulerDeps;
+use super::allowlist::{HostResolver, RepositoryAllowlist};
 use super::records::TaskRecords;
 use super::transition::Transitions;
+use super::{SchedulerDeps, SchedulerSettings};
 use crate::diff_pieces::{self, IgnoredPaths, PreparedDiff};
 use crate::document::TaskState;
-use crate::pipeline;
+use crate::pipeline::{self, Effects};
 use crate::service::IssueInput;
 use crate::task::{GivenRevisions, PipelineKind, TaskRecord};
 
@@ -34,6 +49,42 @@ pub(super) struct Intake {
     publisher: Option<Arc<dyn Publisher>>,
     inputs: Arc<dyn InputStore>,
     clock: Arc<dyn Clock>,
+    allowlist: RepositoryAllowlist,
+    resolver: Arc<dyn HostResolver>,
+    /// One per intake allowed to run at once.
+    slots: Arc<Semaphore>,
+    concurrency: usize,
+    /// How long an intake owns its task, from the stamp on the record.
+    timeout: Duration,
+    /// Tasks whose intake runs in this process.
+    running: Arc<Mutex<HashSet<String>>>,
+    background: TaskTracker,
+    /// Cancelled when the scheduler stops: intakes in flight give their tasks back.
+    stop: CancellationToken,
+}
+
+/// Where an intake is, for the reason given when its time runs out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a slot.
+    Waiting,
+    /// Reading from the code host and the repository.
+    Preparing,
+}
+
+/// Keeps a task listed as running an intake in this process until dropped.
+struct Running {
+    running: Arc<Mutex<HashSet<String>>>,
+    id: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
 }
 
 /// What intake adds to a task before it starts.
@@ -125,7 +176,15 @@ impl Refused {
 }
 
 impl Intake {
-    pub fn new(deps: &SchedulerDeps, records: &TaskRecords, transitions: &Transitions) -> Intake {
+    pub fn new(
+        deps: &SchedulerDeps,
+        settings: &SchedulerSettings,
+        records: &TaskRecords,
+        transitions: &Transitions,
+        background: &TaskTracker,
+        stop: &CancellationToken,
+    ) -> Intake {
+        let concurrency = settings.intake_concurrency.max(1);
         Intake {
             records: records.clone(),
             transitions: transitions.clone(),
@@ -133,11 +192,86 @@ impl Intake {
             publisher: deps.publisher.clone(),
             inputs: deps.inputs.clone(),
             clock: deps.clock.clone(),
+            allowlist: settings.repositories.clone(),
+            resolver: deps.resolver.clone(),
+            slots: Arc::new(Semaphore::new(concurrency)),
+            concurrency,
+            timeout: settings.intake_timeout,
+            running: Arc::new(Mutex::new(HashSet::new())),
+            background: background.clone(),
+            stop: stop.clone(),
         }
     }
 
-    /// Prepares task `id` and starts it, if it is still queued. Failing to record the outcome is
-    /// logged: the task stays queued and the sweeper tries again.
+    /// How long an intake owns its task, in milliseconds.
+    pub fn timeout_ms(&self) -> u64 {
+        u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Starts task `id`'s intake in the background, unless one already runs in this process.
+    /// The caller never waits for it.
+    pub fn spawn(&self, id: &str) {
+        let guard = {
+            let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            if !running.insert(id.to_owned()) {
+                return;
+            }
+            Running {
+                running: self.running.clone(),
+                id: id.to_owned(),
+            }
+        };
+        let this = self.clone();
+        self.background.spawn(async move {
+            this.start(&guard.id).await;
+            drop(guard);
+        });
+    }
+
+    /// Whether task `id`'s intake runs in this process.
+    pub fn is_running(&self, id: &str) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(id)
+    }
+
+    /// The sweeper's takeover of a queued task whose intake was given back, never ran, or
+    /// outlived its owner's deadline (`abandoned` says which records qualify): the task is
+    /// stamped as this replica's with compare-and-set, so one replica wins, and its intake is
+    /// spawned. Not awaited past that write.
+    pub async fn take_over(&self, id: &str, abandoned: impl Fn(&TaskRecord, u64) -> bool) {
+        if self.is_running(id) {
+            return;
+        }
+        let now = self.clock.now_unix_ms();
+        let taken = AtomicBool::new(false);
+        let stamped = self
+            .records
+            .update(id, |t| {
+                let take = t.state == TaskState::Queued && abandoned(t, now);
+                taken.store(take, Ordering::Relaxed);
+                if take {
+                    t.intake_started_unix_ms = Some(now);
+                }
+                Effects::default()
+            })
+            .await;
+        match stamped {
+            Ok(_) if taken.load(Ordering::Relaxed) => {
+                tracing::info!(task = %id, "taking over an abandoned intake");
+                self.spawn(id);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, task = %id, "intake not taken over"),
+        }
+    }
+
+    /// Prepares task `id` and starts it, if it is still queued, within the intake's deadline
+    /// (its stamp plus the timeout; a slot is waited for within it too). When the deadline
+    /// passes, the task ends `incomplete` (`timeout`); when the scheduler stops first, the task
+    /// is given back. Failing to record the outcome is logged: the task stays queued and the
+    /// sweeper tries again.
     pub async fn start(&self, id: &str) {
         let Ok(task) = self.records.load(id).await else {
             return;
@@ -145,7 +279,35 @@ impl Intake {
         if task.state != TaskState::Queued {
             return;
         }
-        let prepared = self.prepare(&task).await;
+        let now = self.clock.now_unix_ms();
+        let stamp = task.intake_started_unix_ms.unwrap_or(now);
+        let left = stamp.saturating_add(self.timeout_ms()).saturating_sub(now);
+        let phase = Mutex::new(Phase::Waiting);
+        let work = async {
+            let _slot = self.slots.acquire().await;
+            // The task may have been cancelled (or started elsewhere) while it waited.
+            let task = match self.records.load(id).await {
+                Ok(task) if task.state == TaskState::Queued => task,
+                _ => return None,
+            };
+            *phase.lock().unwrap_or_else(PoisonError::into_inner) = Phase::Preparing;
+            Some(self.prepare(&task).await)
+        };
+        let prepared = tokio::select! {
+            biased;
+            () = self.stop.cancelled() => {
+                self.give_back(id, task.intake_started_unix_ms).await;
+                return;
+            }
+            done = tokio::time::timeout(Duration::from_millis(left), work) => match done {
+                Ok(Some(prepared)) => prepared,
+                Ok(None) => return,
+                Err(_) => {
+                    let phase = *phase.lock().unwrap_or_else(PoisonError::into_inner);
+                    return self.time_out(id, task.intake_started_unix_ms, phase).await;
+                }
+            },
+        };
         let now = self.clock.now_unix_ms();
         let outcome = match prepared {
             Ok(prepared) => {
@@ -172,6 +334,67 @@ impl Intake {
         if let Err(e) = outcome {
             tracing::warn!(error = %e, task = %id, "intake not recorded; the sweeper will retry");
         }
+    }
+
+    /// The intake's deadline passed: the task ends `incomplete` with kind `timeout`, unless
+    /// another replica has taken it over since (its stamp changed).
+    async fn time_out(&self, id: &str, stamp: Option<u64>, phase: Phase) {
+        let seconds = self.timeout.as_secs();
+        let reason = match phase {
+            Phase::Waiting => format!(
+                "intake did not start within {seconds} s: all {} intake slots were busy with other tasks; raise scheduler.intake_concurrency, or scheduler.intake_timeout_seconds when bursts are expected",
+                self.concurrency
+            ),
+            Phase::Preparing => format!(
+                "intake did not finish within {seconds} s: the code host or the repository did not answer in time; check them, or raise scheduler.intake_timeout_seconds (git's own limits are repositories.fetch_timeout_seconds and repositories.local_timeout_seconds)"
+            ),
+        };
+        let now = self.clock.now_unix_ms();
+        let ended = self
+            .transitions
+            .apply(id, |t| {
+                if t.intake_started_unix_ms != stamp {
+                    return Effects::default();
+                }
+                pipeline::fail_intake(t, reason.clone(), FailureKind::Timeout, now)
+            })
+            .await;
+        if let Err(e) = ended {
+            tracing::warn!(error = %e, task = %id, "intake timeout not recorded; the sweeper will retry");
+        }
+    }
+
+    /// A stopping scheduler gives a queued task back, so that any replica's sweeper starts it
+    /// again without waiting for this intake's deadline.
+    async fn give_back(&self, id: &str, stamp: Option<u64>) {
+        let released = self
+            .records
+            .update(id, |t| {
+                if t.state == TaskState::Queued && t.intake_started_unix_ms == stamp {
+                    t.intake_started_unix_ms = None;
+                }
+                Effects::default()
+            })
+            .await;
+        if let Err(e) = released {
+            tracing::warn!(error = %e, task = %id, "intake not given back; it lapses at its deadline");
+        }
+    }
+
+    /// The allowlist's verdict on a repository URL, before any git process runs for it (SPEC
+    /// R4): records that never passed the API (a pull request's clone URL) are checked here too.
+    async fn allowed(&self, url: &str) -> Result<(), Refused> {
+        self.allowlist
+            .check(url, self.resolver.as_ref())
+            .await
+            .map_err(|refusal| Refused {
+                kind: if refusal.retryable {
+                    FailureKind::RepositoryUnavailable
+                } else {
+                    FailureKind::InvalidRequest
+                },
+                reason: refusal.to_string(),
+            })
     }
 
     /// The task's inputs, or why they cannot be had.
@@ -251,6 +474,7 @@ impl Intake {
 
     /// A scan's or issue analysis's repository with its revision resolved.
     async fn resolve(&self, repo: &RepositoryRef) -> Result<Prepared, Refused> {
+        self.allowed(&repo.url).await?;
         let cancel = CancellationToken::new();
         let commit = self
             .repositories
@@ -303,6 +527,7 @@ impl Intake {
             }
         };
         let repo = &repository;
+        self.allowed(&repo.url).await?;
         let base = repo.base.clone().unwrap_or_default();
         let cancel = CancellationToken::new();
         let change = self
@@ -350,7 +575,7 @@ mod tests {
     use verdict_proto::wire::Priority;
 
     use super::*;
-    use crate::engine::fixture::{DIFF, Fixture, MAIN_COMMIT, REPO, V1};
+    use crate::engine::fixture::{DIFF, Fixture, INTAKE_TIMEOUT, MAIN_COMMIT, REPO, V1};
     use crate::task::StageStatus;
 
     const MAIN: &str = "0000000000000000000000000000000000000a11";
@@ -591,6 +816,69 @@ mod tests {
             (Some(12), "Crash on empty cart", &["bug".to_owned()][..])
         );
         assert_eq!(started.repository.as_ref().unwrap().commit, MAIN_COMMIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_intake_that_finds_no_slot_before_its_deadline_ends_its_task() {
+        let fx = Fixture::new();
+        let task = fx.queued_scan().await;
+        let _all = fx.parts.intake.slots.acquire_many(8).await.unwrap();
+        let start = tokio::time::Instant::now();
+
+        fx.parts.intake.start(&task.id).await;
+
+        assert_eq!(start.elapsed(), INTAKE_TIMEOUT);
+        let ended = fx.load(&task.id).await;
+        assert_eq!(ended.state, TaskState::Incomplete);
+        assert_eq!(ended.failure_kind, Some(FailureKind::Timeout));
+        assert_eq!(
+            ended.reason.as_deref(),
+            Some(
+                "intake did not start within 300 s: all 8 intake slots were busy with other tasks; raise scheduler.intake_concurrency, or scheduler.intake_timeout_seconds when bursts are expected"
+            )
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_repository_the_allowlist_refuses_is_never_fetched() {
+        use verdict_backends::publish::{Author, ItemState, PullRequest};
+        let fx = Fixture::new();
+        let item = fx.pull_request(7, FEATURE);
+        let task = fx.queued_pull_request_review(&item, false).await;
+        // The host hands out a clone URL the API never saw.
+        fx.publisher.add_pull_request(
+            PullRequest {
+                item: item.clone(),
+                state: ItemState::Open,
+                draft: false,
+                title: "Apply coupons".to_owned(),
+                body: None,
+                author: Author {
+                    login: "ada".to_owned(),
+                    bot: false,
+                },
+                labels: Vec::new(),
+                head_sha: FEATURE.to_owned(),
+                base_sha: MAIN_COMMIT.to_owned(),
+                head_ref: "feature".to_owned(),
+                base_ref: "main".to_owned(),
+                clone_url: "file:///etc".to_owned(),
+                html_url: "https://github.com/acme/shop/pull/7".to_owned(),
+            },
+            DIFF,
+        );
+
+        fx.parts.intake.start(&task.id).await;
+
+        let ended = fx.load(&task.id).await;
+        assert_eq!(ended.state, TaskState::Incomplete);
+        assert_eq!(ended.failure_kind, Some(FailureKind::InvalidRequest));
+        assert_eq!(
+            ended.reason.as_deref(),
+            Some(
+                "repository `file:///etc` is not allowed: local paths and file:// URLs are read only by `verdict dev` (repositories.allow_local_paths); give an https:// URL"
+            )
+        );
     }
 
     #[tokio::test(start_paused = true)]

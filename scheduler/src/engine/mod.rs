@@ -10,21 +10,30 @@
 //!
 //! # Layout (in the order a task flows through it)
 //! - [`facade`]: `TaskService` for [`Scheduler`]: submit, look up, follow and cancel tasks.
-//! - [`submission`]: a submission validated into a new task record (no I/O).
+//! - [`submission`]: a submission validated into a new task record (no I/O), its texts within
+//!   what one broker message carries.
+//! - [`allowlist`]: which repositories a task may name (SPEC R4), at submission and at intake.
 //! - [`records`]: task records loaded, created and changed with compare-and-set; the only code
 //!   that writes a record or the index of active tasks.
 //! - [`intake`]: a queued task's inputs prepared (its revisions resolved to commits, a review's
-//!   change read and its diff stored), then the task started.
+//!   change read and its diff stored), then the task started; in the background, a bounded
+//!   number at once, never in a loop of the scheduler.
 //! - [`transition`]: a pipeline transition stored, then its side effects: events, terminal
 //!   bookkeeping, publication of planned stages.
 //! - [`progress`]: a task's progress stream: drafts stamped and appended, events read back.
 //! - [`outbox`]: planned stages published and marked dispatched.
 //! - [`results`]: a stage result from a worker decoded and applied; acknowledged, requeued or
 //!   dead-lettered.
+//! - [`dead_letters`]: what the broker gave up on, attributed to its task, which ends with the
+//!   reason.
 //! - [`publish`]: a finished task's outcome posted to its pull request or issue, and its commit
 //!   status, each attempt safe to repeat.
-//! - [`sweeper`]: what a crashed replica left: intakes restarted, planned stages republished,
-//!   publications retried.
+//! - [`sweeper`]: what a crashed replica left: abandoned intakes taken over, planned stages
+//!   republished, publications retried.
+//!
+//! [`Scheduler::run`] only receives: each stage result and dead letter is handled in a task of
+//! its own, and the sweeper passes run in a loop of their own, so nothing slow (a repository, the
+//! code host) can hold up the results of other tasks (issue 8).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +51,8 @@ use crate::metrics::SchedulerMetrics;
 use crate::pipeline::PipelineSettings;
 use crate::service::ServiceError;
 
+mod allowlist;
+mod dead_letters;
 mod facade;
 mod intake;
 mod outbox;
@@ -53,8 +64,13 @@ mod submission;
 mod sweeper;
 mod transition;
 
-pub use submission::new_id;
+pub use allowlist::{
+    Admission, AllowlistRules, EXTRA_SCHEMES, HostResolver, InvalidRule, RESOLVE_TIMEOUT, Refusal,
+    RepositoryAllowlist, StaticResolver, SystemResolver, is_private,
+};
+pub use submission::{TextLimits, new_id};
 
+use dead_letters::DeadLetters;
 use facade::Service;
 use intake::Intake;
 use outbox::Outbox;
@@ -68,6 +84,9 @@ use transition::Transitions;
 /// Stage results taken from the queue at once (each is applied in its own background task).
 const RESULTS_PREFETCH: u16 = 32;
 
+/// Dead letters taken from their queue at once.
+const DEAD_LETTERS_PREFETCH: u16 = 8;
+
 /// The backends a scheduler talks to.
 #[derive(Debug, Clone)]
 pub struct SchedulerDeps {
@@ -80,6 +99,8 @@ pub struct SchedulerDeps {
     /// The code host pull requests and issues are read from and results published to; `None`
     /// when no GitHub is configured (submissions that need one are refused).
     pub publisher: Option<Arc<dyn Publisher>>,
+    /// Resolves the hosts of repositories matched only by an allowlist pattern.
+    pub resolver: Arc<dyn HostResolver>,
     pub clock: Arc<dyn Clock>,
     pub metrics: SchedulerMetrics,
 }
@@ -91,7 +112,8 @@ pub struct SchedulerSettings {
     pub pipeline: PipelineSettings,
     pub review_timeout: Duration,
     pub language: Language,
-    /// Largest stage-result message accepted from the queue.
+    /// The largest message the broker carries: no stage request larger is published, stage
+    /// results larger are refused, and submitted texts are bounded by it ([`TextLimits`]).
     pub message_max_bytes: usize,
     /// How often the sweeper looks for stalled tasks.
     pub sweep_interval: Duration,
@@ -100,6 +122,13 @@ pub struct SchedulerSettings {
     pub stall_after: Duration,
     /// The code host, when one is configured.
     pub code_host: Option<CodeHostSettings>,
+    /// Intakes running at once; more wait for a slot.
+    pub intake_concurrency: usize,
+    /// How long an intake owns its task, waiting for a slot included: it ends the task by then,
+    /// and only an older intake is taken over by the sweeper.
+    pub intake_timeout: Duration,
+    /// The repositories tasks may name.
+    pub repositories: RepositoryAllowlist,
 }
 
 /// What the scheduler knows of the configured code host (GitHub or GitHub Enterprise).
@@ -123,6 +152,7 @@ pub struct Scheduler {
 struct Inner {
     service: Service,
     results: Results,
+    dead_letters: DeadLetters,
     sweeper: Sweeper,
     broker: Arc<dyn Broker>,
     sweep_interval: Duration,
@@ -139,7 +169,6 @@ struct Inner {
 struct Parts {
     records: TaskRecords,
     progress: Progress,
-    outbox: Outbox,
     publication: Publication,
     transitions: Transitions,
     intake: Intake,
@@ -155,7 +184,7 @@ impl Parts {
     ) -> Parts {
         let records = TaskRecords::new(deps);
         let progress = Progress::new(deps);
-        let outbox = Outbox::new(deps, &records);
+        let outbox = Outbox::new(deps, settings, &records);
         let publication = Publication::new(
             deps,
             settings.code_host.clone(),
@@ -165,11 +194,10 @@ impl Parts {
             stop,
         );
         let transitions = Transitions::new(deps, &records, &progress, &outbox, &publication);
-        let intake = Intake::new(deps, &records, &transitions);
+        let intake = Intake::new(deps, settings, &records, &transitions, background, stop);
         Parts {
             records,
             progress,
-            outbox,
             publication,
             transitions,
             intake,
@@ -184,8 +212,9 @@ impl Scheduler {
         let parts = Parts::assemble(&deps, &settings, &background, &stop);
         Scheduler {
             inner: Arc::new(Inner {
-                service: Service::new(&deps, &settings, &parts, &background),
+                service: Service::new(&deps, &settings, &parts),
                 results: Results::new(&deps, &settings, &parts),
+                dead_letters: DeadLetters::new(&deps, &settings, &parts),
                 sweeper: Sweeper::new(&deps, &settings, &parts),
                 broker: deps.broker,
                 sweep_interval: settings.sweep_interval,
@@ -195,16 +224,25 @@ impl Scheduler {
         }
     }
 
-    /// Consumes stage results and sweeps until `shutdown`; then waits for the result handlers
-    /// and intakes it started.
+    /// Consumes stage results and dead letters and sweeps until `shutdown`; then waits for the
+    /// handlers, intakes and publications it started (intakes and publications give their tasks
+    /// back rather than finish). The loop only receives: every delivery is handled in a task of
+    /// its own and the sweeper runs beside it, so no delivery waits for another's work.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), BrokerError> {
         let inner = &self.inner;
         let mut results = inner
             .broker
             .consume(Route::Results, RESULTS_PREFETCH)
             .await?;
-        let mut sweep = tokio::time::interval(inner.sweep_interval);
-        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut dead = inner
+            .broker
+            .consume(Route::DeadLetters, DEAD_LETTERS_PREFETCH)
+            .await?;
+        inner.background.spawn(sweep_loop(
+            inner.sweeper.clone(),
+            inner.sweep_interval,
+            inner.stop.clone(),
+        ));
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -215,7 +253,13 @@ impl Scheduler {
                     }
                     None => break,
                 },
-                _ = sweep.tick() => inner.sweeper.sweep().await,
+                delivery = dead.next() => match delivery {
+                    Some(d) => {
+                        let handler = inner.dead_letters.clone();
+                        inner.background.spawn(async move { handler.handle(d).await });
+                    }
+                    None => break,
+                },
             }
         }
         inner.stop.cancel();
@@ -229,9 +273,309 @@ impl Scheduler {
     }
 }
 
+/// The sweeper's own loop: a pass every `interval`, never two at once, until `stop`. A pass that
+/// has begun runs to its end, so it never leaves a takeover half done.
+async fn sweep_loop(sweeper: Sweeper, interval: Duration, stop: CancellationToken) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        sweeper.sweep().await;
+    }
+}
+
 fn unavailable(e: StoreError) -> ServiceError {
     ServiceError::Unavailable(e.to_string())
 }
 
 #[cfg(test)]
 mod fixture;
+
+/// The scheduler's loops under a repository that never answers (issue 8, item 3).
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use verdict_backends::BoxFuture;
+    use verdict_backends::broker::Message;
+    use verdict_backends::repo::{Change, MemoryRepositorySource, RepoError, Snapshot};
+    use verdict_proto::outcome::{FailureKind, StageOutcome};
+    use verdict_proto::wire::{
+        self, Priority, RepositoryRef, StageKind, StageRequest, StageResult, Usage, WIRE_VERSION,
+    };
+
+    use super::*;
+    use crate::document::{TaskDocument, TaskState};
+    use crate::engine::fixture::{Fixture, INTAKE_TIMEOUT, REPO};
+    use crate::service::{ScanSubmission, SubmissionOptions, TaskService};
+
+    /// A repository that accepts the request and never answers.
+    const HANG: &str = "https://hang.example.test/x.git";
+
+    /// The fixture's repositories, except that [`HANG`] never answers; counts the calls for it
+    /// and the calls given up (their futures dropped, as a killed git process is).
+    #[derive(Debug)]
+    struct Hanging {
+        inner: Arc<MemoryRepositorySource>,
+        calls: AtomicUsize,
+        dropped: Arc<AtomicUsize>,
+    }
+
+    struct CountsDrop(Arc<AtomicUsize>);
+
+    impl Drop for CountsDrop {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Hanging {
+        fn hang<'a, T: 'a>(&'a self) -> BoxFuture<'a, Result<T, RepoError>> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let dropped = CountsDrop(self.dropped.clone());
+            Box::pin(async move {
+                let _dropped = dropped;
+                std::future::pending().await
+            })
+        }
+    }
+
+    impl RepositorySource for Hanging {
+        fn snapshot<'a>(
+            &'a self,
+            repo: &'a RepositoryRef,
+            cancel: &'a CancellationToken,
+        ) -> BoxFuture<'a, Result<Snapshot, RepoError>> {
+            self.inner.snapshot(repo, cancel)
+        }
+
+        fn resolve<'a>(
+            &'a self,
+            url: &'a str,
+            revision: &'a str,
+            cancel: &'a CancellationToken,
+        ) -> BoxFuture<'a, Result<String, RepoError>> {
+            if url == HANG {
+                return self.hang();
+            }
+            self.inner.resolve(url, revision, cancel)
+        }
+
+        fn change<'a>(
+            &'a self,
+            url: &'a str,
+            base: &'a str,
+            head: &'a str,
+            cancel: &'a CancellationToken,
+        ) -> BoxFuture<'a, Result<Change, RepoError>> {
+            if url == HANG {
+                return self.hang();
+            }
+            self.inner.change(url, base, head, cancel)
+        }
+    }
+
+    struct Rig {
+        fx: Fixture,
+        hanging: Arc<Hanging>,
+        scheduler: Scheduler,
+        shutdown: CancellationToken,
+        running: tokio::task::JoinHandle<Result<(), BrokerError>>,
+    }
+
+    fn rig(intake_concurrency: usize) -> Rig {
+        let fx = Fixture::new();
+        let hanging = Arc::new(Hanging {
+            inner: fx.repositories.clone(),
+            calls: AtomicUsize::new(0),
+            dropped: Arc::new(AtomicUsize::new(0)),
+        });
+        let deps = SchedulerDeps {
+            repositories: hanging.clone(),
+            ..fx.deps.clone()
+        };
+        let mut settings = fx.settings.clone();
+        settings.intake_concurrency = intake_concurrency;
+        settings.repositories =
+            crate::engine::RepositoryAllowlist::hosts(&["example.test", "hang.example.test"]);
+        let scheduler = Scheduler::new(deps, settings);
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn({
+            let (scheduler, shutdown) = (scheduler.clone(), shutdown.clone());
+            async move { scheduler.run(shutdown).await }
+        });
+        Rig {
+            fx,
+            hanging,
+            scheduler,
+            shutdown,
+            running,
+        }
+    }
+
+    fn scan(repository: &str) -> ScanSubmission {
+        ScanSubmission {
+            repository: repository.to_owned(),
+            revision: "v1".to_owned(),
+            options: SubmissionOptions::default(),
+        }
+    }
+
+    /// The task's document once `done` holds, within `within` of (paused) time.
+    async fn once(
+        scheduler: &Scheduler,
+        id: &str,
+        within: Duration,
+        done: impl Fn(&TaskDocument) -> bool,
+    ) -> TaskDocument {
+        tokio::time::timeout(within, async {
+            loop {
+                let doc = scheduler.task(id).await.unwrap();
+                if done(&doc) {
+                    return doc;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("the task got there in time")
+    }
+
+    /// What a worker does with the scan's stage: take it off the queue, answer it.
+    async fn answer_scan(broker: &dyn Broker) {
+        let mut stages = broker
+            .consume(Route::Stages(Priority::Bulk), 1)
+            .await
+            .unwrap();
+        let delivery = stages.next().await.unwrap();
+        let request: StageRequest = wire::decode(&delivery.message.body, usize::MAX).unwrap();
+        delivery.acker.ack().await.unwrap();
+        let result = StageResult {
+            version: WIRE_VERSION,
+            task_id: request.task_id,
+            stage_id: request.stage_id,
+            stage: StageKind::Scan,
+            attempt: 1,
+            outcome: StageOutcome::Ok {
+                value: serde_json::json!({"version": 1, "overall_score": 80, "summary": "s", "findings": []}),
+                repaired: false,
+                attempts: 1,
+            },
+            usage: Usage::default(),
+            started_unix_ms: 0,
+            finished_unix_ms: 0,
+            model: None,
+        };
+        let message = Message {
+            body: wire::encode(&result).unwrap(),
+            headers: Default::default(),
+        };
+        broker.publish(Route::Results, &message).await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_repository_that_never_answers_holds_up_only_its_own_task() {
+        let rig = rig(8);
+        let stuck = rig.scheduler.submit_scan(scan(HANG)).await.unwrap().id;
+        // Sweeps come and go (every 10 s, stalled after 30 s) while its intake hangs.
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert_eq!(
+            rig.hanging.calls.load(Ordering::SeqCst),
+            1,
+            "a live intake is not started again"
+        );
+
+        let normal = rig.scheduler.submit_scan(scan(REPO)).await.unwrap().id;
+        answer_scan(rig.fx.broker.as_ref()).await;
+        let done = once(&rig.scheduler, &normal, Duration::from_secs(30), |d| {
+            d.state.is_terminal()
+        })
+        .await;
+        assert_eq!(done.state, TaskState::Completed, "{done:#?}");
+        assert_eq!(
+            rig.scheduler.task(&stuck).await.unwrap().state,
+            TaskState::Queued,
+            "still hanging"
+        );
+
+        let ended = once(&rig.scheduler, &stuck, INTAKE_TIMEOUT, |d| {
+            d.state.is_terminal()
+        })
+        .await;
+        assert_eq!(ended.state, TaskState::Incomplete);
+        assert_eq!(ended.failure_kind, Some(FailureKind::Timeout));
+        let reason = ended.reason.unwrap();
+        assert!(
+            reason.starts_with("intake did not finish within 300 s: the code host or the repository did not answer in time"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("scheduler.intake_timeout_seconds"),
+            "{reason}"
+        );
+        assert_eq!(rig.hanging.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            rig.hanging.dropped.load(Ordering::SeqCst),
+            1,
+            "the hanging work was given up, not left running"
+        );
+        rig.shutdown.cancel();
+        rig.running.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_intake_waits_for_a_free_slot() {
+        let rig = rig(1);
+        let stuck = rig.scheduler.submit_scan(scan(HANG)).await.unwrap().id;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let waiting = rig.scheduler.submit_scan(scan(REPO)).await.unwrap().id;
+
+        tokio::time::sleep(INTAKE_TIMEOUT - Duration::from_secs(2)).await;
+        assert_eq!(
+            rig.scheduler.task(&waiting).await.unwrap().state,
+            TaskState::Queued,
+            "the only slot is taken"
+        );
+        assert_eq!(rig.fx.broker.depth(Route::Stages(Priority::Bulk)), 0);
+
+        // The slot's holder reaches its deadline; the waiting intake runs within its own.
+        let started = once(&rig.scheduler, &waiting, Duration::from_secs(10), |d| {
+            d.state == TaskState::Running
+        })
+        .await;
+        assert_eq!(started.stages.len(), 1);
+        let ended = rig.scheduler.task(&stuck).await.unwrap();
+        assert_eq!(ended.failure_kind, Some(FailureKind::Timeout));
+        rig.shutdown.cancel();
+        rig.running.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopping_scheduler_gives_its_intakes_back_at_once() {
+        let rig = rig(8);
+        let stuck = rig.scheduler.submit_scan(scan(HANG)).await.unwrap().id;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let stopping = tokio::time::Instant::now();
+
+        rig.shutdown.cancel();
+        rig.running.await.unwrap().unwrap();
+
+        assert!(
+            stopping.elapsed() < Duration::from_secs(1),
+            "did not wait for the intake"
+        );
+        let task = rig.fx.load(&stuck).await;
+        assert_eq!(task.state, TaskState::Queued);
+        assert_eq!(
+            task.intake_started_unix_ms, None,
+            "given back: another replica's sweeper takes it over after stall_after"
+        );
+        assert_eq!(rig.hanging.dropped.load(Ordering::SeqCst), 1);
+    }
+}

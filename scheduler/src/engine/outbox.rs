@@ -1,6 +1,8 @@
 //! The outbox: stages are written `planned` in the update that decides them; this part publishes
 //! them and marks them `dispatched`. A failure in between leaves them `planned` for the sweeper,
-//! and workers deduplicate a stage published twice (SPEC E7).
+//! and workers deduplicate a stage published twice (SPEC E7). A request larger than the broker
+//! carries (`broker.message_max_bytes`) is never published: it is handed back, and its task fails
+//! with the reason (decision 117), rather than being dead-lettered by every worker.
 
 use std::sync::Arc;
 
@@ -8,60 +10,102 @@ use prometheus::IntCounterVec;
 use verdict_backends::broker::{Broker, Message, Route};
 use verdict_proto::wire::{self, WireError};
 
-use super::SchedulerDeps;
 use super::records::TaskRecords;
+use super::{SchedulerDeps, SchedulerSettings};
 use crate::pipeline::Effects;
 use crate::task::{StageRecord, StageStatus};
+
+/// A planned stage that was not published because no message can carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Uncarried {
+    pub stage_id: String,
+    /// In words, with the size and the setting.
+    pub reason: String,
+}
 
 /// Publishes planned stages; cheap to clone.
 #[derive(Debug, Clone)]
 pub(super) struct Outbox {
     records: TaskRecords,
     broker: Arc<dyn Broker>,
+    /// The largest message the broker takes.
+    message_max_bytes: usize,
     dispatches: IntCounterVec,
 }
 
+/// What publishing one stage came to.
+enum Published {
+    Yes,
+    /// Not now (the broker refused); the sweeper tries again.
+    Later,
+    Never(String),
+}
+
 impl Outbox {
-    pub fn new(deps: &SchedulerDeps, records: &TaskRecords) -> Outbox {
+    pub fn new(
+        deps: &SchedulerDeps,
+        settings: &SchedulerSettings,
+        records: &TaskRecords,
+    ) -> Outbox {
         Outbox {
             records: records.clone(),
             broker: deps.broker.clone(),
+            message_max_bytes: settings.message_max_bytes,
             dispatches: deps.metrics.dispatches.clone(),
         }
     }
 
     /// Publishes those of `stage_ids` that are still planned, unless the task has ended, then
-    /// marks the published ones dispatched.
-    pub async fn dispatch(&self, task_id: &str, stage_ids: &[String]) {
+    /// marks the published ones dispatched. Returns the stages no message can carry, for the
+    /// caller to fail.
+    pub async fn dispatch(&self, task_id: &str, stage_ids: &[String]) -> Vec<Uncarried> {
         let Ok(task) = self.records.load(task_id).await else {
-            return;
+            return Vec::new();
         };
         if task.state.is_terminal() {
-            return;
+            return Vec::new();
         }
         let mut published = Vec::new();
+        let mut uncarried = Vec::new();
         for id in stage_ids {
             let Some(stage) = task.stage(id) else {
                 continue;
             };
-            if stage.status == StageStatus::Planned && self.publish(&task.id, stage).await {
-                published.push(id.clone());
+            if stage.status != StageStatus::Planned {
+                continue;
+            }
+            match self.publish(&task.id, stage).await {
+                Published::Yes => published.push(id.clone()),
+                Published::Later => {}
+                Published::Never(reason) => uncarried.push(Uncarried {
+                    stage_id: id.clone(),
+                    reason,
+                }),
             }
         }
         if !published.is_empty() {
             self.mark_dispatched(task_id, &published).await;
         }
+        uncarried
     }
 
-    /// Publishes one stage request; whether the broker took it.
-    async fn publish(&self, task_id: &str, stage: &StageRecord) -> bool {
+    /// Publishes one stage request.
+    async fn publish(&self, task_id: &str, stage: &StageRecord) -> Published {
         let message = match message(task_id, stage) {
             Ok(m) => m,
             Err(e) => {
                 tracing::error!(error = %e, "stage request not encodable");
-                return false;
+                return Published::Never(format!("its request cannot be encoded: {e}"));
             }
         };
+        let size = message.body.len();
+        if size > self.message_max_bytes {
+            tracing::warn!(task = %task_id, stage = %stage.id, size, "stage request too large to publish");
+            return Published::Never(format!(
+                "its request is {size} bytes, above broker.message_max_bytes = {}, so it was not published; the task's texts (title, description, issue) or the material an earlier stage produced are too large for one message",
+                self.message_max_bytes
+            ));
+        }
         match self
             .broker
             .publish(Route::Stages(stage.request.priority), &message)
@@ -71,11 +115,11 @@ impl Outbox {
                 self.dispatches
                     .with_label_values(&[stage.kind.as_str()])
                     .inc();
-                true
+                Published::Yes
             }
             Err(e) => {
                 tracing::warn!(error = %e, task = %task_id, stage = %stage.id, "stage not published; the sweeper will retry");
-                false
+                Published::Later
             }
         }
     }
@@ -125,14 +169,18 @@ mod tests {
 
     const BULK: Route = Route::Stages(Priority::Bulk);
 
+    fn outbox(fx: &Fixture) -> Outbox {
+        Outbox::new(&fx.deps, &fx.settings, &fx.parts.records)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_planned_stage_is_published_once_with_its_headers() {
         let fx = Fixture::new();
         let task = fx.started_unpublished_scan().await;
         let stages = ["scan".to_owned()];
 
-        fx.parts.outbox.dispatch(&task.id, &stages).await;
-        fx.parts.outbox.dispatch(&task.id, &stages).await;
+        outbox(&fx).dispatch(&task.id, &stages).await;
+        outbox(&fx).dispatch(&task.id, &stages).await;
 
         assert_eq!(fx.broker.depth(BULK), 1);
         assert_eq!(
@@ -158,14 +206,61 @@ mod tests {
         let task = fx.started_unpublished_scan().await;
         fx.broker.shutdown(std::time::Duration::ZERO).await;
 
-        fx.parts
-            .outbox
-            .dispatch(&task.id, &["scan".to_owned()])
-            .await;
+        outbox(&fx).dispatch(&task.id, &["scan".to_owned()]).await;
 
         assert_eq!(
             fx.load(&task.id).await.stage("scan").unwrap().status,
             StageStatus::Planned
+        );
+        assert_eq!(
+            fx.metrics().dispatches.with_label_values(&["scan"]).get(),
+            0
+        );
+    }
+
+    /// Belt and braces for issue 8, item 4: whatever made a request too large for one message,
+    /// it is never published (every worker would dead-letter it); its task ends with the reason.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_larger_than_a_message_fails_its_task_instead_of_being_published() {
+        let fx = Fixture::new();
+        let task = fx.started_unpublished_scan().await;
+        fx.parts
+            .records
+            .update(&task.id, |t| {
+                let inputs = &mut t.stage_mut("scan").unwrap().request.inputs;
+                inputs.push(verdict_proto::wire::InputRef {
+                    name: "summary (from the summary stage)".to_owned(),
+                    content: verdict_proto::wire::InputContent::Inline {
+                        text: "s".repeat(1 << 20),
+                    },
+                });
+                pipeline::Effects::default()
+            })
+            .await
+            .unwrap();
+
+        fx.parts
+            .transitions
+            .dispatch(&task.id, &["scan".to_owned()])
+            .await;
+
+        assert_eq!(fx.broker.depth(BULK), 0);
+        let ended = fx.load(&task.id).await;
+        assert_eq!(ended.state, crate::document::TaskState::Incomplete);
+        assert_eq!(
+            ended.failure_kind,
+            Some(verdict_proto::outcome::FailureKind::InvalidRequest)
+        );
+        let reason = ended.reason.unwrap();
+        assert!(
+            reason.starts_with("stage scan could not run (invalid_request): its request is "),
+            "{reason}"
+        );
+        assert!(
+            reason.contains(
+                "bytes, above broker.message_max_bytes = 1048576, so it was not published"
+            ),
+            "{reason}"
         );
         assert_eq!(
             fx.metrics().dispatches.with_label_values(&["scan"]).get(),
@@ -186,10 +281,7 @@ mod tests {
             .await
             .unwrap();
 
-        fx.parts
-            .outbox
-            .dispatch(&task.id, &["scan".to_owned()])
-            .await;
+        outbox(&fx).dispatch(&task.id, &["scan".to_owned()]).await;
 
         assert_eq!(fx.broker.depth(BULK), 0);
     }

@@ -1,7 +1,8 @@
 //! Stage results coming back from workers: each delivery decoded and applied to its task as a
 //! transition, and acknowledged only once the task record holds it. A result that cannot be
-//! decoded, or names no known task, is dead-lettered; one that could not be applied is given
-//! back for a later try.
+//! decoded, or names no known task, is dead-lettered (marked as a stage result, for the dead
+//! letter consumer that ends its task); one that could not be applied is given back for a later
+//! try.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use verdict_backends::broker::{Broker, Delivery};
 use verdict_backends::clock::Clock;
 use verdict_proto::wire::{self, StageResult};
 
+use super::dead_letters::{FROM_RESULTS, ORIGIN_HEADER};
 use super::transition::Transitions;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
 use crate::pipeline;
@@ -80,15 +82,15 @@ impl Results {
         }
     }
 
-    /// Moves the delivery's message to the dead-letter queue, then acknowledges it; when the
-    /// broker refuses the dead letter, the delivery is left unsettled rather than lost.
+    /// Moves the delivery's message to the dead-letter queue, marked as a stage result (the dead
+    /// letter consumer ends its task by it), then acknowledges it; when the broker refuses the
+    /// dead letter, the delivery is left unsettled rather than lost.
     async fn dead_letter(&self, delivery: &Delivery, reason: &str) {
-        if self
-            .broker
-            .dead_letter(&delivery.message, reason)
-            .await
-            .is_ok()
-        {
+        let mut message = delivery.message.clone();
+        message
+            .headers
+            .insert(ORIGIN_HEADER.to_owned(), FROM_RESULTS.to_owned());
+        if self.broker.dead_letter(&message, reason).await.is_ok() {
             let _ = delivery.acker.ack().await;
         }
     }

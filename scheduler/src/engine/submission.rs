@@ -1,6 +1,8 @@
 //! Submissions validated into new task records, without I/O: required fields, the pipeline name,
-//! per-task overrides checked against their limits, and the configured defaults filled in. Every
-//! rejection names the field and the fix.
+//! per-task overrides checked against their limits, texts checked against what one broker
+//! message carries ([`TextLimits`], a 413), and the configured defaults filled in. Every
+//! rejection names the field and the fix. (The repository's allowlist check resolves host names,
+//! so the facade runs it, before anything is stored.)
 
 use std::time::Duration;
 
@@ -19,6 +21,61 @@ use crate::service::{
 };
 use crate::task::{PipelineKind, TaskInputs, TaskRecord};
 
+/// How large each text of a submission may be (decision 117). Every stage request carries the
+/// task's texts inline beside its own material (the diffstat, a summary, findings, the changed
+/// paths), so together they stay near a third of `broker.message_max_bytes`: a title or an
+/// issue title 1/64 of it, a description or an issue body 1/4, an issue's labels and the
+/// categories 1/64 each. A text is measured as a message writes it (JSON, escapes included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextLimits {
+    pub message_max_bytes: usize,
+    /// A review's or an issue's title.
+    pub title: usize,
+    /// A review's description or an issue's body.
+    pub body: usize,
+    /// An issue's labels together, and the categories together.
+    pub list: usize,
+}
+
+impl TextLimits {
+    pub fn new(message_max_bytes: usize) -> TextLimits {
+        TextLimits {
+            message_max_bytes,
+            title: message_max_bytes / 64,
+            body: message_max_bytes / 4,
+            list: message_max_bytes / 64,
+        }
+    }
+
+    /// A 413 naming `field`, its size and its limit when `value` is larger than `limit`
+    /// (`share` says which part of the message limit that is).
+    fn check(
+        &self,
+        field: &str,
+        value: &impl serde::Serialize,
+        limit: usize,
+        share: &str,
+    ) -> Result<(), ServiceError> {
+        let size = encoded_len(value);
+        if size <= limit {
+            return Ok(());
+        }
+        Err(ServiceError::TooLarge(format!(
+            "{field} is {size} bytes, above its limit of {limit} bytes ({share} of broker.message_max_bytes = {}, so that every stage request of the task fits one broker message); shorten it",
+            self.message_max_bytes
+        )))
+    }
+}
+
+/// The bytes `value` takes in a message: its JSON, without a string's quotes.
+fn encoded_len(value: &impl serde::Serialize) -> usize {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => serde_json::to_string(&s).map_or(0, |j| j.len() - 2),
+        Ok(other) => other.to_string().len(),
+        Err(_) => 0,
+    }
+}
+
 /// The configured defaults a submission may override.
 #[derive(Debug, Clone)]
 pub(super) struct TaskDefaults {
@@ -27,6 +84,7 @@ pub(super) struct TaskDefaults {
     language: Language,
     review_timeout: Duration,
     code_host: Option<CodeHostSettings>,
+    limits: TextLimits,
 }
 
 /// What a submission decides before the options and defaults are applied.
@@ -46,6 +104,7 @@ impl TaskDefaults {
             language: settings.language,
             review_timeout: settings.review_timeout,
             code_host: settings.code_host.clone(),
+            limits: TextLimits::new(settings.message_max_bytes),
         }
     }
 
@@ -118,6 +177,9 @@ impl TaskDefaults {
                 base: Some(s.base),
             })
         };
+        let limits = &self.limits;
+        limits.check("title", &s.title, limits.title, "1/64")?;
+        limits.check("body", &s.body, limits.body, "1/4")?;
         let pipeline = match s.pipeline.as_deref() {
             None | Some("multi") => PipelineKind::Multi,
             Some("single") => PipelineKind::Single,
@@ -163,6 +225,11 @@ impl TaskDefaults {
         } else {
             required("issue.title", &s.issue.title)?;
         }
+        let limits = &self.limits;
+        limits.check("issue.title", &s.issue.title, limits.title, "1/64")?;
+        limits.check("issue.body", &s.issue.body, limits.body, "1/4")?;
+        limits.check("issue.labels", &s.issue.labels, limits.list, "1/64")?;
+        limits.check("categories", &s.categories, limits.list, "1/64")?;
         let repository = match (s.repository, s.revision) {
             (None, None) => None,
             (None, Some(given)) => {
@@ -280,6 +347,7 @@ impl TaskDefaults {
             result: None,
             coverage: Default::default(),
             created_unix_ms: now,
+            intake_started_unix_ms: None,
             started_unix_ms: None,
             finished_unix_ms: None,
             deadline_unix_ms: now
@@ -374,6 +442,7 @@ mod tests {
             language: Language::En,
             review_timeout: Duration::from_secs(600),
             code_host: Some(crate::engine::fixture::code_host()),
+            limits: TextLimits::new(1 << 20),
         }
     }
 
@@ -665,6 +734,67 @@ mod tests {
             defaults().scan(s, NOW),
             invalid("revision is required and must not be empty")
         );
+    }
+
+    #[test]
+    fn texts_larger_than_a_message_carries_are_refused_naming_field_size_and_limit() {
+        let too_large = |result: Result<TaskRecord, ServiceError>| match result {
+            Err(ServiceError::TooLarge(message)) => message,
+            other => panic!("not refused as too large: {other:?}"),
+        };
+        // Issue 8, item 4: a 1 MiB title.
+        let mut s = review();
+        s.title = Some("t".repeat(1 << 20));
+        assert_eq!(
+            too_large(defaults().review(s, NOW)),
+            "title is 1048576 bytes, above its limit of 16384 bytes (1/64 of broker.message_max_bytes = 1048576, so that every stage request of the task fits one broker message); shorten it"
+        );
+        let mut s = review();
+        s.body = Some("\u{0}".repeat(50_000));
+        let message = too_large(defaults().review(s, NOW));
+        assert!(
+            message.starts_with("body is 300000 bytes, above its limit of 262144 bytes (1/4"),
+            "escapes count as a message writes them: {message}"
+        );
+        let mut s = review();
+        s.title = Some("t".repeat(16_384));
+        s.body = Some("b".repeat(262_144));
+        assert!(defaults().review(s, NOW).is_ok(), "at the limits");
+
+        let issue = |issue: IssueInput, categories: Option<Vec<String>>| IssueAnalysisSubmission {
+            issue,
+            categories,
+            ..IssueAnalysisSubmission::default()
+        };
+        let titled = |title: String| IssueInput {
+            title,
+            ..IssueInput::default()
+        };
+        let message =
+            too_large(defaults().issue_analysis(issue(titled("i".repeat(20_000)), None), NOW));
+        assert!(
+            message.starts_with("issue.title is 20000 bytes"),
+            "{message}"
+        );
+        let body = IssueInput {
+            body: "b".repeat(300_000),
+            ..titled("t".to_owned())
+        };
+        let message = too_large(defaults().issue_analysis(issue(body, None), NOW));
+        assert!(
+            message.starts_with("issue.body is 300000 bytes"),
+            "{message}"
+        );
+        let labels = IssueInput {
+            labels: vec!["l".repeat(1000); 20],
+            ..titled("t".to_owned())
+        };
+        let message = too_large(defaults().issue_analysis(issue(labels, None), NOW));
+        assert!(message.starts_with("issue.labels is "), "{message}");
+        let categories = Some(vec!["c".repeat(20_000)]);
+        let message =
+            too_large(defaults().issue_analysis(issue(titled("t".to_owned()), categories), NOW));
+        assert!(message.starts_with("categories is "), "{message}");
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! The sweeper: what a crashed replica left behind, taken over by any replica. Queued tasks whose
-//! intake never finished are started again, stages left `planned` are published again, ended
+//! intake nobody owns any more are taken over, stages left `planned` are published again, ended
 //! tasks whose publication is due are published (in the background), and ended tasks still listed
 //! as active are taken off the index (decision 32).
+//!
+//! A pass decides with the pure [`chore`] per task and never waits for the work it starts beyond
+//! a compare-and-set or a publish: intakes and publications run in the background, so a slow
+//! repository or code host cannot hold up a pass, let alone the results loop (issue 8).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +14,9 @@ use prometheus::IntGauge;
 use verdict_backends::clock::Clock;
 
 use super::intake::Intake;
-use super::outbox::Outbox;
 use super::publish::Publication;
 use super::records::TaskRecords;
+use super::transition::Transitions;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
 use crate::document::TaskState;
 use crate::task::{PublicationState, StageStatus, TaskRecord};
@@ -25,7 +29,7 @@ pub(super) enum Chore {
     /// It ended and its publication is due (never started, failed retryably, or its claim
     /// lapsed): try again.
     Publish,
-    /// Still queued long after submission: run its intake again.
+    /// Still queued, and no live intake owns it: take its intake over.
     Restart,
     /// These stages are still planned long after being written: publish them again.
     Republish(Vec<String>),
@@ -33,9 +37,33 @@ pub(super) enum Chore {
     Nothing,
 }
 
-/// The chore for `task` at `now`, where anything written more than `stall_after_ms` ago and not
-/// moved on since is stalled.
-pub(super) fn chore(task: &TaskRecord, now: u64, stall_after_ms: u64) -> Chore {
+/// The times the sweeper judges by, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Limits {
+    /// Anything written this long ago and not moved on since is stalled.
+    pub stall_after_ms: u64,
+    /// How long an intake owns its task from its stamp (it ends the task by then).
+    pub intake_timeout_ms: u64,
+}
+
+/// Whether queued `task`'s intake is nobody's at `now`: given back or never stamped and older
+/// than `stall_after`, or stamped longer ago than its owner's deadline plus `stall_after` (the
+/// owner records its timeout at the deadline; a live one is never taken over for being slow).
+pub(super) fn intake_abandoned(task: &TaskRecord, now: u64, limits: &Limits) -> bool {
+    match task.intake_started_unix_ms {
+        Some(started) => {
+            now.saturating_sub(started)
+                > limits
+                    .intake_timeout_ms
+                    .saturating_add(limits.stall_after_ms)
+        }
+        None => now.saturating_sub(task.created_unix_ms) > limits.stall_after_ms,
+    }
+}
+
+/// The chore for `task` at `now`.
+pub(super) fn chore(task: &TaskRecord, now: u64, limits: &Limits) -> Chore {
+    let stall_after_ms = limits.stall_after_ms;
     if task.state.is_terminal() {
         return match &task.publication {
             Some(p) if p.state == PublicationState::Pending => {
@@ -51,9 +79,12 @@ pub(super) fn chore(task: &TaskRecord, now: u64, stall_after_ms: u64) -> Chore {
             _ => Chore::Retire,
         };
     }
-    if task.state == TaskState::Queued && now.saturating_sub(task.created_unix_ms) > stall_after_ms
-    {
-        return Chore::Restart;
+    if task.state == TaskState::Queued {
+        return if intake_abandoned(task, now, limits) {
+            Chore::Restart
+        } else {
+            Chore::Nothing
+        };
     }
     let stalled: Vec<String> = task
         .stages
@@ -76,10 +107,10 @@ pub(super) fn chore(task: &TaskRecord, now: u64, stall_after_ms: u64) -> Chore {
 pub(super) struct Sweeper {
     records: TaskRecords,
     intake: Intake,
-    outbox: Outbox,
+    transitions: Transitions,
     publication: Publication,
     clock: Arc<dyn Clock>,
-    stall_after: Duration,
+    limits: Limits,
     active: IntGauge,
 }
 
@@ -88,10 +119,13 @@ impl Sweeper {
         Sweeper {
             records: parts.records.clone(),
             intake: parts.intake.clone(),
-            outbox: parts.outbox.clone(),
+            transitions: parts.transitions.clone(),
             publication: parts.publication.clone(),
             clock: deps.clock.clone(),
-            stall_after: settings.stall_after,
+            limits: Limits {
+                stall_after_ms: millis(settings.stall_after),
+                intake_timeout_ms: parts.intake.timeout_ms(),
+            },
             active: deps.metrics.active.clone(),
         }
     }
@@ -107,23 +141,31 @@ impl Sweeper {
         };
         self.active
             .set(i64::try_from(ids.len()).unwrap_or(i64::MAX));
-        let stall_after_ms = u64::try_from(self.stall_after.as_millis()).unwrap_or(u64::MAX);
         let now = self.clock.now_unix_ms();
         for id in ids {
             let Ok(task) = self.records.load(&id).await else {
                 continue;
             };
-            match chore(&task, now, stall_after_ms) {
+            match chore(&task, now, &self.limits) {
                 Chore::Retire => {
                     let _ = self.records.retire(&id).await;
                 }
                 Chore::Publish => self.publication.spawn(&id),
-                Chore::Restart => self.intake.start(&id).await,
-                Chore::Republish(stages) => self.outbox.dispatch(&id, &stages).await,
+                Chore::Restart => {
+                    let limits = self.limits;
+                    self.intake
+                        .take_over(&id, move |t, now| intake_abandoned(t, now, &limits))
+                        .await;
+                }
+                Chore::Republish(stages) => self.transitions.dispatch(&id, &stages).await,
                 Chore::Nothing => {}
             }
         }
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -136,6 +178,11 @@ mod tests {
     use crate::pipeline;
 
     const STALL_MS: u64 = 30_000;
+    const INTAKE_MS: u64 = 300_000;
+    const LIMITS: Limits = Limits {
+        stall_after_ms: STALL_MS,
+        intake_timeout_ms: INTAKE_MS,
+    };
 
     /// A running scan with stages in every status, planned at `planned_at` or a moment later.
     async fn running(fx: &Fixture, planned_at: u64) -> TaskRecord {
@@ -160,28 +207,51 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn only_what_waited_longer_than_the_threshold_is_stalled() {
         let fx = Fixture::new();
+        // Never stamped (or given back): taken over after `stall_after`.
         let queued = fx.queued_scan().await;
         let created = queued.created_unix_ms;
-        assert_eq!(chore(&queued, created + STALL_MS, STALL_MS), Chore::Nothing);
+        assert_eq!(chore(&queued, created + STALL_MS, &LIMITS), Chore::Nothing);
         assert_eq!(
-            chore(&queued, created + STALL_MS + 1, STALL_MS),
+            chore(&queued, created + STALL_MS + 1, &LIMITS),
             Chore::Restart
         );
 
         let task = running(&fx, 1_000).await;
-        assert_eq!(chore(&task, 1_000 + STALL_MS, STALL_MS), Chore::Nothing);
+        assert_eq!(chore(&task, 1_000 + STALL_MS, &LIMITS), Chore::Nothing);
         assert_eq!(
-            chore(&task, 1_001 + STALL_MS, STALL_MS),
+            chore(&task, 1_001 + STALL_MS, &LIMITS),
             Chore::Republish(vec!["old-planned".to_owned()])
         );
         assert_eq!(
-            chore(&task, 1_002 + STALL_MS, STALL_MS),
+            chore(&task, 1_002 + STALL_MS, &LIMITS),
             Chore::Republish(vec!["old-planned".to_owned(), "new-planned".to_owned()])
         );
 
         let mut ended = task;
         pipeline::cancel(&mut ended, "cancelled on request", 2_000);
-        assert_eq!(chore(&ended, 2_000, STALL_MS), Chore::Retire);
+        assert_eq!(chore(&ended, 2_000, &LIMITS), Chore::Retire);
+    }
+
+    /// Issue 11's feedback loop: an intake that is merely slow (waiting for a slot, or for a
+    /// large clone) is its owner's until its own deadline; only after that, plus the usual
+    /// grace, is it a crashed replica's.
+    #[tokio::test(start_paused = true)]
+    async fn a_stamped_intake_is_taken_over_only_after_its_own_deadline() {
+        let fx = Fixture::new();
+        let mut queued = fx.queued_scan().await;
+        let started = queued.created_unix_ms + 5_000;
+        queued.intake_started_unix_ms = Some(started);
+        for waited in [STALL_MS + 1, 10 * STALL_MS, INTAKE_MS, INTAKE_MS + STALL_MS] {
+            assert_eq!(
+                chore(&queued, started + waited, &LIMITS),
+                Chore::Nothing,
+                "after {waited} ms"
+            );
+        }
+        assert_eq!(
+            chore(&queued, started + INTAKE_MS + STALL_MS + 1, &LIMITS),
+            Chore::Restart
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -207,6 +277,8 @@ mod tests {
 
         tokio::time::advance(STALL_AFTER + Duration::from_millis(1)).await;
         sweeper.sweep().await;
+        // The intake it took over runs in the background.
+        fx.settle().await;
 
         assert_eq!(fx.metrics().active.get(), 2);
 
@@ -217,8 +289,14 @@ mod tests {
         }
         let mut active = fx.parts.records.active().await.unwrap();
         active.sort();
-        let mut expected = vec![unpublished.id, never_taken_in.id];
+        let mut expected = vec![unpublished.id, never_taken_in.id.clone()];
         expected.sort();
         assert_eq!(active, expected);
+        let taken = fx.load(&never_taken_in.id).await;
+        assert_eq!(
+            taken.intake_started_unix_ms,
+            Some(fx.now()),
+            "stamped as this replica's before its intake ran"
+        );
     }
 }

@@ -1,9 +1,15 @@
 //! A pipeline transition carried out: the pure change stored with compare-and-set, then — only
 //! once stored — its side effects in order: progress events, terminal bookkeeping, publication of
-//! the stages it planned (so a fallback event precedes the next stage).
+//! the stages it planned (so a fallback event precedes the next stage). A stage that cannot be
+//! carried (its request larger than a broker message, or dead-lettered) fails as an execution
+//! failure of that stage, through the same pipeline rule as any other.
+
+use std::sync::Arc;
 
 use prometheus::{IntCounter, IntCounterVec};
-use verdict_proto::wire::EventType;
+use verdict_backends::clock::Clock;
+use verdict_proto::outcome::{FailureKind, StageOutcome};
+use verdict_proto::wire::{EventType, StageResult, Usage, WIRE_VERSION};
 
 use super::SchedulerDeps;
 use super::outbox::Outbox;
@@ -11,9 +17,9 @@ use super::progress::Progress;
 use super::publish::Publication;
 use super::records::{TaskRecords, Updated};
 use crate::metrics;
-use crate::pipeline::Effects;
+use crate::pipeline::{self, Effects};
 use crate::service::ServiceError;
-use crate::task::TaskRecord;
+use crate::task::{StageStatus, TaskRecord};
 
 /// Applies transitions; cheap to clone.
 #[derive(Debug, Clone)]
@@ -22,6 +28,7 @@ pub(super) struct Transitions {
     progress: Progress,
     outbox: Outbox,
     publication: Publication,
+    clock: Arc<dyn Clock>,
     finished: IntCounterVec,
     triage_fallbacks: IntCounter,
     findings_merged: IntCounterVec,
@@ -40,6 +47,7 @@ impl Transitions {
             progress: progress.clone(),
             outbox: outbox.clone(),
             publication: publication.clone(),
+            clock: deps.clock.clone(),
             finished: deps.metrics.finished.clone(),
             triage_fallbacks: deps.metrics.triage_fallbacks.clone(),
             findings_merged: deps.metrics.findings_merged.clone(),
@@ -98,8 +106,67 @@ impl Transitions {
             self.publication.spawn_started(task);
         }
         if !effects.planned.is_empty() {
-            self.outbox.dispatch(&task.id, &effects.planned).await;
+            self.dispatch(&task.id, &effects.planned).await;
         }
+    }
+
+    /// Publishes the planned stages of `stage_ids` ([`Outbox::dispatch`]); a stage whose request
+    /// is larger than a broker message fails its task instead of being published (decision 117).
+    pub async fn dispatch(&self, task_id: &str, stage_ids: &[String]) {
+        for refused in self.outbox.dispatch(task_id, stage_ids).await {
+            // Boxed: failing a stage is itself a transition, whose effects come back here (with
+            // nothing left to publish once the task has ended).
+            let failed = Box::pin(self.fail_stage(
+                task_id,
+                Some(&refused.stage_id),
+                FailureKind::InvalidRequest,
+                &refused.reason,
+            ))
+            .await;
+            if let Err(e) = failed {
+                tracing::warn!(error = %e, task = %task_id, "oversize stage not failed; the sweeper retries");
+            }
+        }
+    }
+
+    /// Ends stage `stage_id` of task `task_id` as an execution failure of `kind` that says
+    /// `detail` (which ends the task `incomplete`, SPEC E4), as if its worker had reported it; a
+    /// stage already done is left as its own result says. Without a stage that the task knows,
+    /// the task itself ends `incomplete` with `detail` as its reason.
+    pub async fn fail_stage(
+        &self,
+        task_id: &str,
+        stage_id: Option<&str>,
+        kind: FailureKind,
+        detail: &str,
+    ) -> Result<TaskRecord, ServiceError> {
+        let now = self.clock.now_unix_ms();
+        self.apply(task_id, |t| {
+            let Some(stage) = stage_id.and_then(|id| t.stage(id)) else {
+                return pipeline::fail_intake(t, detail.to_owned(), kind, now);
+            };
+            if stage.status == StageStatus::Done {
+                return Effects::default();
+            }
+            let result = StageResult {
+                version: WIRE_VERSION,
+                task_id: t.id.clone(),
+                stage_id: stage.id.clone(),
+                stage: stage.kind,
+                attempt: stage.attempts,
+                outcome: StageOutcome::ExecutionFailure {
+                    kind,
+                    retryable: false,
+                    message: detail.to_owned(),
+                },
+                usage: Usage::default(),
+                started_unix_ms: now,
+                finished_unix_ms: now,
+                model: None,
+            };
+            pipeline::on_result(t, &result, now)
+        })
+        .await
     }
 }
 

@@ -8,12 +8,16 @@ use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::clock::SystemClock;
 use verdict_backends::repo::MemoryRepositorySource;
 use verdict_backends::store::memory::MemoryStore;
-use verdict_scheduler::engine::{Scheduler, SchedulerDeps, SchedulerSettings};
+use verdict_scheduler::engine::{
+    AllowlistRules, RepositoryAllowlist, Scheduler, SchedulerDeps, SchedulerSettings,
+    StaticResolver,
+};
 use verdict_scheduler::metrics::SchedulerMetrics;
 use verdict_scheduler::pipeline::PipelineSettings;
 
 /// A scheduler on in-memory backends reading `repositories` (one reviewer, no triage, no code
-/// host, a sweeper that never runs during a test), and the registry its metrics are in.
+/// host, a sweeper that never runs during a test, repositories on `git.example.com` and
+/// `github.com` allowed), and the registry its metrics are in.
 pub fn memory_scheduler(
     repositories: Arc<MemoryRepositorySource>,
 ) -> (Arc<Scheduler>, prometheus::Registry) {
@@ -27,6 +31,7 @@ pub fn memory_scheduler(
         inputs: store,
         repositories,
         publisher: None,
+        resolver: Arc::new(StaticResolver::new()),
         clock: Arc::new(SystemClock),
         metrics: SchedulerMetrics::register(&registry).expect("metrics register once"),
     };
@@ -46,6 +51,13 @@ pub fn memory_scheduler(
         sweep_interval: Duration::from_secs(3600),
         stall_after: Duration::from_secs(3600),
         code_host: None,
+        intake_concurrency: 8,
+        intake_timeout: Duration::from_secs(600),
+        repositories: RepositoryAllowlist::new(&AllowlistRules {
+            hosts: vec!["git.example.com".to_owned(), "github.com".to_owned()],
+            ..AllowlistRules::default()
+        })
+        .expect("the hosts are valid"),
     };
     (Arc::new(Scheduler::new(deps, settings)), registry)
 }

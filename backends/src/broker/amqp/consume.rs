@@ -177,7 +177,7 @@ async fn run(
             channel,
             mut consumer,
         } = live;
-        let end = pump(&shared, &mut consumer, &tx, &queue, &held).await;
+        let end = pump(&shared, &mut consumer, &tx, subscription.route, &held).await;
         if matches!(end, End::Unsubscribed) {
             // Health stops counting it first, so it never looks like a dead consumer while the
             // deliveries it handed out are settled.
@@ -322,9 +322,10 @@ async fn pump(
     shared: &Shared,
     consumer: &mut Consumer,
     tx: &mpsc::Sender<Delivery>,
-    queue: &str,
+    route: Route,
     held: &Arc<watch::Sender<usize>>,
 ) -> End {
+    let queue = shared.topology.queue(route);
     loop {
         let item = tokio::select! {
             biased;
@@ -337,7 +338,7 @@ async fn pump(
             Some(Err(error)) => return End::Failed(error),
             Some(Ok(delivery)) => delivery,
         };
-        let delivery = to_delivery(shared, delivery, queue, held);
+        let delivery = to_delivery(shared, delivery, route, &queue, held);
         tokio::select! {
             sent = tx.send(delivery) => if sent.is_err() { return End::Unsubscribed },
             // The unsent delivery is dropped unacked: the broker redelivers it.
@@ -349,6 +350,7 @@ async fn pump(
 fn to_delivery(
     shared: &Shared,
     delivery: lapin::message::Delivery,
+    route: Route,
     queue: &str,
     held: &Arc<watch::Sender<usize>>,
 ) -> Delivery {
@@ -359,10 +361,15 @@ fn to_delivery(
         acker,
         ..
     } = delivery;
+    let headers = if route == Route::DeadLetters {
+        message::dead_letter_headers(&properties)
+    } else {
+        message::headers(&properties)
+    };
     Delivery {
         message: Message {
             body: data,
-            headers: message::headers(&properties),
+            headers,
         },
         redelivered,
         delivery_count: message::delivery_count(&properties),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 
-use crate::broker::{BrokerError, Message};
+use crate::broker::{BrokerError, DEAD_LETTER_REASON_HEADER, Message};
 
 /// `delivery_mode` 2: the broker writes the message to disk (quorum queues always do; the flag
 /// also keeps it durable across any classic hop).
@@ -76,6 +76,36 @@ pub(super) fn raw_header(properties: &BasicProperties, name: &str) -> Option<Str
         .and_then(scalar)
 }
 
+/// The application's view of a dead letter's headers: [`headers`], with the reason always in
+/// [`DEAD_LETTER_REASON_HEADER`]. A message verdict dead-lettered carries its own; one RabbitMQ
+/// dead-lettered (the delivery limit) gets the reason of its latest dead-lettering:
+/// `x-last-death-reason` (RabbitMQ 3.13+), else the newest `x-death` entry (which RabbitMQ keeps
+/// newest first), else `x-first-death-reason`. A message that waited out a delay queue before
+/// reaching its limit has `expired` as its first reason, so the first is the last resort.
+pub(super) fn dead_letter_headers(properties: &BasicProperties) -> BTreeMap<String, String> {
+    let mut headers = headers(properties);
+    if !headers.contains_key(DEAD_LETTER_REASON_HEADER) {
+        let reason = raw_header(properties, "x-last-death-reason")
+            .or_else(|| newest_death_reason(properties))
+            .or_else(|| raw_header(properties, "x-first-death-reason"))
+            .unwrap_or_default();
+        headers.insert(DEAD_LETTER_REASON_HEADER.to_owned(), reason);
+    }
+    headers
+}
+
+/// The `reason` of the first entry of the `x-death` array.
+fn newest_death_reason(properties: &BasicProperties) -> Option<String> {
+    let table = properties.headers().as_ref()?;
+    let AMQPValue::FieldArray(deaths) = table.inner().get("x-death")? else {
+        return None;
+    };
+    let AMQPValue::FieldTable(newest) = deaths.as_slice().first()? else {
+        return None;
+    };
+    newest.inner().get("reason").and_then(scalar)
+}
+
 /// Quorum queues add `x-delivery-count` from the first redelivery on; its absence on a quorum
 /// queue (all of verdict's queues are) means a first delivery.
 pub(super) fn delivery_count(properties: &BasicProperties) -> Option<u32> {
@@ -138,6 +168,45 @@ mod tests {
         let props = BasicProperties::default().with_headers(table);
         assert_eq!(delivery_count(&props), Some(3));
         assert!(headers(&props).is_empty());
+    }
+
+    #[test]
+    fn a_dead_letter_has_its_reason_whoever_dead_lettered_it() {
+        let mut own = FieldTable::default();
+        own.insert(
+            DEAD_LETTER_REASON_HEADER.into(),
+            AMQPValue::LongString("not a JSON object".into()),
+        );
+        own.insert(
+            "x-first-death-reason".into(),
+            AMQPValue::LongString("expired".into()),
+        );
+        let headers = dead_letter_headers(&BasicProperties::default().with_headers(own));
+        assert_eq!(headers[DEAD_LETTER_REASON_HEADER], "not a JSON object");
+
+        // Delayed first (expired), then over the delivery limit: the newest death counts.
+        let death = |reason: &str| {
+            let mut entry = FieldTable::default();
+            entry.insert("reason".into(), AMQPValue::LongString(reason.into()));
+            AMQPValue::FieldTable(entry)
+        };
+        let mut broker = FieldTable::default();
+        broker.insert(
+            "x-death".into(),
+            AMQPValue::FieldArray(vec![death("delivery_limit"), death("expired")].into()),
+        );
+        broker.insert(
+            "x-first-death-reason".into(),
+            AMQPValue::LongString("expired".into()),
+        );
+        broker.insert("x-verdict-task".into(), AMQPValue::LongString("t1".into()));
+        let headers = dead_letter_headers(&BasicProperties::default().with_headers(broker));
+        assert_eq!(headers[DEAD_LETTER_REASON_HEADER], "delivery_limit");
+        assert_eq!(headers["x-verdict-task"], "t1");
+        assert!(!headers.contains_key("x-first-death-reason"));
+
+        let headers = dead_letter_headers(&BasicProperties::default());
+        assert_eq!(headers[DEAD_LETTER_REASON_HEADER], "");
     }
 
     #[test]

@@ -32,6 +32,7 @@ use self::publish::{Publisher, Target};
 use self::topology::{DELAY_HEADER, Topology};
 use super::{
     Broker, BrokerError, BrokerHealth, DEAD_LETTER_REASON_HEADER, Deliveries, Message, Route,
+    no_delayed_dead_letters,
 };
 use crate::BoxFuture;
 
@@ -134,9 +135,9 @@ impl AmqpBroker {
     }
 
     /// Takes up to `max` messages off the dead-letter queue (`{prefix}.dead`) with their reason:
-    /// verdict's own `x-verdict-dead-letter-reason`, or RabbitMQ's `x-first-death-reason`
-    /// (e.g. `delivery_limit`). For operators draining the queue and for tests; the messages are
-    /// removed.
+    /// verdict's own `x-verdict-dead-letter-reason`, or RabbitMQ's reason of the latest
+    /// dead-lettering (e.g. `delivery_limit`). For operators draining the queue and for tests;
+    /// the messages are removed. A scheduler consumes the same queue ([`Route::DeadLetters`]).
     pub async fn take_dead_letters(
         &self,
         max: usize,
@@ -159,11 +160,9 @@ impl AmqpBroker {
                 .await
                 .map_err(|e| BrokerError::Other(format!("read {queue}: {e}")))?;
             let Some(got) = got else { break };
-            let properties = &got.delivery.properties;
-            let mut headers = message::headers(properties);
+            let mut headers = message::dead_letter_headers(&got.delivery.properties);
             let reason = headers
                 .remove(DEAD_LETTER_REASON_HEADER)
-                .or_else(|| message::raw_header(properties, "x-first-death-reason"))
                 .unwrap_or_default();
             out.push((
                 Message {
@@ -281,6 +280,8 @@ fn routing_key(route: Route) -> &'static str {
         Route::Stages(verdict_proto::wire::Priority::Interactive) => "interactive",
         Route::Stages(verdict_proto::wire::Priority::Bulk) => "bulk",
         Route::Results => "results",
+        // The dead-letter exchange is a fanout; the key only names what it is.
+        Route::DeadLetters => "dead-letter",
     }
 }
 
@@ -313,6 +314,9 @@ impl Broker for AmqpBroker {
         delay: Duration,
     ) -> BoxFuture<'a, Result<(), BrokerError>> {
         Box::pin(async move {
+            if route == Route::DeadLetters {
+                return Err(no_delayed_dead_letters());
+            }
             if delay.is_zero() {
                 return self.publish(route, message).await;
             }

@@ -85,6 +85,7 @@ impl Topology {
         match route {
             Route::Stages(_) => self.stages_exchange(),
             Route::Results => self.results_exchange(),
+            Route::DeadLetters => self.dead_letter_exchange(),
         }
     }
 
@@ -93,6 +94,7 @@ impl Topology {
             Route::Stages(Priority::Interactive) => format!("{}.stages.interactive", self.prefix),
             Route::Stages(Priority::Bulk) => format!("{}.stages.bulk", self.prefix),
             Route::Results => format!("{}.results", self.prefix),
+            Route::DeadLetters => self.dead_letter_queue(),
         }
     }
 
@@ -356,5 +358,7 @@ mod tests {
         assert_eq!(topology.queue(Route::Results), "t1.results");
         assert_eq!(topology.delay_queue(5000), "t1.delay.5000");
         assert_eq!(topology.dead_letter_queue(), "t1.dead");
+        assert_eq!(topology.queue(Route::DeadLetters), "t1.dead");
+        assert_eq!(topology.exchange(Route::DeadLetters), "t1.dlx");
     }
 }

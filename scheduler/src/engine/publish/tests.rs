@@ -333,7 +333,10 @@ async fn a_host_that_is_down_is_retried_by_the_sweeper_after_a_backoff() {
         std::slice::from_ref(&task.id),
         "kept on the active index until it settles"
     );
-    let stall = u64::try_from(STALL_AFTER.as_millis()).unwrap();
+    let stall = &crate::engine::sweeper::Limits {
+        stall_after_ms: u64::try_from(STALL_AFTER.as_millis()).unwrap(),
+        intake_timeout_ms: 300_000,
+    };
     assert_eq!(
         chore(&ended, fx.now(), stall),
         Chore::Nothing,
@@ -444,7 +447,10 @@ async fn a_stopping_scheduler_gives_its_claim_back_and_posts_nothing() {
         "another replica may take it at once"
     );
     assert!(host(&fx).reviews(&item).is_empty());
-    let stall = u64::try_from(STALL_AFTER.as_millis()).unwrap();
+    let stall = &crate::engine::sweeper::Limits {
+        stall_after_ms: u64::try_from(STALL_AFTER.as_millis()).unwrap(),
+        intake_timeout_ms: 300_000,
+    };
     tokio::time::advance(STALL_AFTER + Duration::from_secs(1)).await;
     assert_eq!(
         chore(&fx.load(&task.id).await, fx.now(), stall),
