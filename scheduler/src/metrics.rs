@@ -29,6 +29,10 @@ pub struct SchedulerMetrics {
     /// merged-away finding and the model that answered there (`unknown` when its result did not
     /// say). A model whose findings often merge is repeating what was already said.
     pub findings_merged: IntCounterVec,
+    /// `verdict_stages_recovered_total{how}`: stages the sweeper recovered long after
+    /// publication — `applied` (a recorded result whose message never arrived) or `republished`
+    /// (neither a result nor a live claim: the request was lost).
+    pub recovered: IntCounterVec,
     /// `verdict_publications_total{kind, outcome}`: publication attempts to GitHub by task kind
     /// and how they ended (published, nothing, stale, failed, retry).
     pub publications: IntCounterVec,
@@ -88,6 +92,13 @@ impl SchedulerMetrics {
                 ),
                 &["stage", "model"],
             )?,
+            recovered: IntCounterVec::new(
+                Opts::new(
+                    "verdict_stages_recovered_total",
+                    "Stages recovered by the sweeper long after publication: applied (a recorded result that never arrived) or republished (lost).",
+                ),
+                &["how"],
+            )?,
             publications: IntCounterVec::new(
                 Opts::new(
                     "verdict_publications_total",
@@ -106,6 +117,7 @@ impl SchedulerMetrics {
         registry.register(Box::new(m.conflicts.clone()))?;
         registry.register(Box::new(m.findings_merged.clone()))?;
         registry.register(Box::new(m.publications.clone()))?;
+        registry.register(Box::new(m.recovered.clone()))?;
         Ok(m)
     }
 }

@@ -729,6 +729,7 @@ fn plan_with(
         usage: Default::default(),
         model: None,
         planned_unix_ms: now,
+        dispatched_unix_ms: None,
         finished_unix_ms: None,
     });
     fx.event(

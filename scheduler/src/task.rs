@@ -81,6 +81,10 @@ pub struct StageRecord {
     pub model: Option<String>,
     #[serde(default)]
     pub planned_unix_ms: u64,
+    /// When it was last published (the sweeper publishes a stage again that was published long
+    /// ago and has neither a result nor a live claim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched_unix_ms: Option<u64>,
     #[serde(default)]
     pub finished_unix_ms: Option<u64>,
 }

@@ -62,6 +62,9 @@ pub(super) const API_MAX_BODY_BYTES: i64 = 1 << 20;
 
 pub(super) const SWEEP_INTERVAL_SECONDS: i64 = 10;
 pub(super) const STALL_AFTER_SECONDS: i64 = 30;
+/// Long: a stage normally either runs (its lease is live) or waits in a queue; only one that was
+/// lost on the way is published again, and a copy of a stage that was merely queued is harmless.
+pub(super) const RECOVER_AFTER_SECONDS: i64 = 300;
 pub(super) const INTAKE_CONCURRENCY: i64 = 8;
 /// Longer than one fetch may take, so git's own limit (which names the repository) comes first.
 pub(super) const INTAKE_TIMEOUT_SECONDS: i64 = 900;

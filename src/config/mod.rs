@@ -223,6 +223,9 @@ pub struct SchedulerConfig {
     /// A stage still unpublished (or an intake nobody owns) this long after it was written is
     /// taken over by the sweeper.
     pub stall_after: Duration,
+    /// A stage published this long ago without a result applied is looked up, and published
+    /// again when nobody holds it (lost on the way).
+    pub recover_after: Duration,
     /// Intakes (revisions resolved, a review's change read) running at once per replica.
     pub intake_concurrency: usize,
     /// How long an intake may take, waiting for a slot included, before its task ends

@@ -147,6 +147,7 @@ table! {
     RawScheduler, SCHEDULER {
         sweep_interval_seconds: Int,
         stall_after_seconds: Int,
+        recover_after_seconds: Int,
         intake_concurrency: Int,
         intake_timeout_seconds: Int,
     }

@@ -883,6 +883,12 @@ fn scheduler(
             d::STALL_AFTER_SECONDS,
             1,
         )?,
+        recover_after: ctx.seconds(
+            "scheduler.recover_after_seconds",
+            raw.recover_after_seconds,
+            d::RECOVER_AFTER_SECONDS,
+            1,
+        )?,
         intake_concurrency: ctx.num(
             "scheduler.intake_concurrency",
             raw.intake_concurrency,

@@ -30,6 +30,8 @@ pub(super) const REPO: &str = "https://example.test/shop.git";
 pub(super) const V1: &str = "5ca1ab1e00000000000000000000000000000001";
 /// The commit `main` of [`REPO`] names in pull requests of [`Fixture::pull_request`].
 pub(super) const MAIN_COMMIT: &str = "0000000000000000000000000000000000000a11";
+/// How long after publication the sweeper looks up a stage without a result applied.
+pub(super) const RECOVER_AFTER: Duration = Duration::from_secs(120);
 pub(super) const STALL_AFTER: Duration = Duration::from_secs(30);
 pub(super) const INTAKE_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -86,6 +88,7 @@ impl Fixture {
             cancels: store.clone(),
             inputs: store.clone(),
             repositories: repositories.clone(),
+            results: store.clone(),
             publisher: Some(publisher.clone()),
             resolver: Arc::new(StaticResolver::new()),
             clock: Arc::new(TokioClock::new()),
@@ -106,6 +109,7 @@ impl Fixture {
             message_max_bytes: 1 << 20,
             sweep_interval: Duration::from_secs(10),
             stall_after: STALL_AFTER,
+            recover_after: RECOVER_AFTER,
             code_host: Some(code_host()),
             intake_concurrency: 8,
             intake_timeout: INTAKE_TIMEOUT,

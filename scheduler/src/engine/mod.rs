@@ -44,7 +44,9 @@ use verdict_backends::broker::{Broker, BrokerError, Route};
 use verdict_backends::clock::Clock;
 use verdict_backends::publish::Publisher;
 use verdict_backends::repo::RepositorySource;
-use verdict_backends::store::{CancelSignals, DocumentStore, EventLog, InputStore, StoreError};
+use verdict_backends::store::{
+    CancelSignals, DocumentStore, EventLog, InputStore, ResultStore, StoreError,
+};
 use verdict_proto::Language;
 
 use crate::metrics::SchedulerMetrics;
@@ -96,6 +98,9 @@ pub struct SchedulerDeps {
     pub cancels: Arc<dyn CancelSignals>,
     pub inputs: Arc<dyn InputStore>,
     pub repositories: Arc<dyn RepositorySource>,
+    /// Stage results and claims, read by the sweeper to recover stages that were published and
+    /// then lost.
+    pub results: Arc<dyn ResultStore>,
     /// The code host pull requests and issues are read from and results published to; `None`
     /// when no GitHub is configured (submissions that need one are refused).
     pub publisher: Option<Arc<dyn Publisher>>,
@@ -120,6 +125,10 @@ pub struct SchedulerSettings {
     /// A stage still `planned` (or a task still `queued`) this long after being written is
     /// taken over by the sweeper.
     pub stall_after: Duration,
+    /// A stage published this long ago that has neither a result nor a live claim is published
+    /// again (it was lost on the way); one whose result is recorded but was never applied is
+    /// applied.
+    pub recover_after: Duration,
     /// The code host, when one is configured.
     pub code_host: Option<CodeHostSettings>,
     /// Intakes running at once; more wait for a slot.
@@ -169,6 +178,7 @@ struct Inner {
 struct Parts {
     records: TaskRecords,
     progress: Progress,
+    outbox: Outbox,
     publication: Publication,
     transitions: Transitions,
     intake: Intake,
@@ -198,6 +208,7 @@ impl Parts {
         Parts {
             records,
             progress,
+            outbox,
             publication,
             transitions,
             intake,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use prometheus::IntCounterVec;
 use verdict_backends::broker::{Broker, Message, Route};
+use verdict_backends::clock::Clock;
 use verdict_proto::wire::{self, WireError};
 
 use super::records::TaskRecords;
@@ -30,6 +31,7 @@ pub(super) struct Outbox {
     broker: Arc<dyn Broker>,
     /// The largest message the broker takes.
     message_max_bytes: usize,
+    clock: Arc<dyn Clock>,
     dispatches: IntCounterVec,
 }
 
@@ -51,6 +53,7 @@ impl Outbox {
             records: records.clone(),
             broker: deps.broker.clone(),
             message_max_bytes: settings.message_max_bytes,
+            clock: deps.clock.clone(),
             dispatches: deps.metrics.dispatches.clone(),
         }
     }
@@ -127,19 +130,48 @@ impl Outbox {
     /// Moves published stages from `planned` to `dispatched`. Not written: the sweeper publishes
     /// them again later, which workers tolerate.
     async fn mark_dispatched(&self, task_id: &str, published: &[String]) {
+        let now = self.clock.now_unix_ms();
         let _ = self
             .records
             .update(task_id, |t| {
                 for id in published {
                     if let Some(s) = t.stage_mut(id)
-                        && s.status == StageStatus::Planned
+                        && matches!(s.status, StageStatus::Planned | StageStatus::Dispatched)
                     {
                         s.status = StageStatus::Dispatched;
+                        s.dispatched_unix_ms = Some(now);
                     }
                 }
                 Effects::default()
             })
             .await;
+    }
+
+    /// Publishes stages already dispatched once more (the sweeper found them lost: neither a
+    /// result nor a live claim long after publication), and notes when. Workers deduplicate the
+    /// copy if the first one turns up after all (SPEC E7). Returns how many were published.
+    pub async fn republish(&self, task_id: &str, stage_ids: &[String]) -> usize {
+        let Ok(task) = self.records.load(task_id).await else {
+            return 0;
+        };
+        if task.state.is_terminal() {
+            return 0;
+        }
+        let mut published = Vec::new();
+        for id in stage_ids {
+            let Some(stage) = task.stage(id) else {
+                continue;
+            };
+            if stage.status == StageStatus::Dispatched
+                && matches!(self.publish(&task.id, stage).await, Published::Yes)
+            {
+                published.push(id.clone());
+            }
+        }
+        if !published.is_empty() {
+            self.mark_dispatched(task_id, &published).await;
+        }
+        published.len()
     }
 }
 

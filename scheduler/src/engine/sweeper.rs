@@ -1,7 +1,8 @@
 //! The sweeper: what a crashed replica left behind, taken over by any replica. Queued tasks whose
-//! intake nobody owns any more are taken over, stages left `planned` are published again, ended
-//! tasks whose publication is due are published (in the background), and ended tasks still listed
-//! as active are taken off the index (decision 32).
+//! intake nobody owns any more are taken over, stages left `planned` are published again, stages
+//! published long ago without a result applied are recovered (a recorded result applied, a lost
+//! request published again), ended tasks whose publication is due are published (in the
+//! background), and ended tasks still listed as active are taken off the index (decision 32).
 //!
 //! A pass decides with the pure [`chore`] per task and never waits for the work it starts beyond
 //! a compare-and-set or a publish: intakes and publications run in the background, so a slow
@@ -10,15 +11,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::IntGauge;
+use prometheus::{IntCounterVec, IntGauge};
 use verdict_backends::clock::Clock;
+use verdict_backends::store::{ResultStore, StageState};
 
 use super::intake::Intake;
+use super::outbox::Outbox;
 use super::publish::Publication;
 use super::records::TaskRecords;
 use super::transition::Transitions;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
 use crate::document::TaskState;
+use crate::pipeline;
 use crate::task::{PublicationState, StageStatus, TaskRecord};
 
 /// What the sweeper does about one active task.
@@ -33,6 +37,9 @@ pub(super) enum Chore {
     Restart,
     /// These stages are still planned long after being written: publish them again.
     Republish(Vec<String>),
+    /// These stages were published long ago and have no result applied: look them up — apply a
+    /// recorded result that never arrived, publish again one that nobody holds (lost).
+    Recover(Vec<String>),
     /// Nothing is stalled.
     Nothing,
 }
@@ -44,6 +51,8 @@ pub(super) struct Limits {
     pub stall_after_ms: u64,
     /// How long an intake owns its task from its stamp (it ends the task by then).
     pub intake_timeout_ms: u64,
+    /// A stage published this long ago without a result applied is looked up.
+    pub recover_after_ms: u64,
 }
 
 /// Whether queued `task`'s intake is nobody's at `now`: given back or never stamped and older
@@ -95,10 +104,23 @@ pub(super) fn chore(task: &TaskRecord, now: u64, limits: &Limits) -> Chore {
         })
         .map(|s| s.id.clone())
         .collect();
-    if stalled.is_empty() {
+    if !stalled.is_empty() {
+        return Chore::Republish(stalled);
+    }
+    let overdue: Vec<String> = task
+        .stages
+        .iter()
+        .filter(|s| {
+            s.status == StageStatus::Dispatched
+                && now.saturating_sub(s.dispatched_unix_ms.unwrap_or(s.planned_unix_ms))
+                    > limits.recover_after_ms
+        })
+        .map(|s| s.id.clone())
+        .collect();
+    if overdue.is_empty() {
         Chore::Nothing
     } else {
-        Chore::Republish(stalled)
+        Chore::Recover(overdue)
     }
 }
 
@@ -108,10 +130,13 @@ pub(super) struct Sweeper {
     records: TaskRecords,
     intake: Intake,
     transitions: Transitions,
+    outbox: Outbox,
     publication: Publication,
+    results: Arc<dyn ResultStore>,
     clock: Arc<dyn Clock>,
     limits: Limits,
     active: IntGauge,
+    recovered: IntCounterVec,
 }
 
 impl Sweeper {
@@ -120,13 +145,17 @@ impl Sweeper {
             records: parts.records.clone(),
             intake: parts.intake.clone(),
             transitions: parts.transitions.clone(),
+            outbox: parts.outbox.clone(),
             publication: parts.publication.clone(),
+            results: deps.results.clone(),
             clock: deps.clock.clone(),
             limits: Limits {
                 stall_after_ms: millis(settings.stall_after),
                 intake_timeout_ms: parts.intake.timeout_ms(),
+                recover_after_ms: millis(settings.recover_after),
             },
             active: deps.metrics.active.clone(),
+            recovered: deps.metrics.recovered.clone(),
         }
     }
 
@@ -158,8 +187,46 @@ impl Sweeper {
                         .await;
                 }
                 Chore::Republish(stages) => self.transitions.dispatch(&id, &stages).await,
+                Chore::Recover(stages) => self.recover(&id, &stages).await,
                 Chore::Nothing => {}
             }
+        }
+    }
+
+    /// Looks up stages of task `id` published long ago without a result applied: a result the
+    /// store holds (its message was lost) is applied; a stage nobody holds and nobody answered
+    /// (its request was lost) is published again; one a worker holds is left to it.
+    async fn recover(&self, id: &str, stages: &[String]) {
+        let mut lost = Vec::new();
+        for stage in stages {
+            match self.results.inspect(id, stage).await {
+                Ok(StageState::Done(result)) => {
+                    let now = self.clock.now_unix_ms();
+                    let applied = self
+                        .transitions
+                        .apply(id, |t| pipeline::on_result(t, &result, now))
+                        .await;
+                    match applied {
+                        Ok(_) => {
+                            self.recovered.with_label_values(&["applied"]).inc();
+                            tracing::info!(task = %id, %stage, "a recorded result that never arrived was applied");
+                        }
+                        Err(e) => {
+                            tracing::warn!(task = %id, %stage, error = %e, "recovered result not applied")
+                        }
+                    }
+                }
+                Ok(StageState::Held { .. }) => {}
+                Ok(StageState::Free) => lost.push(stage.clone()),
+                Err(e) => tracing::warn!(task = %id, %stage, error = %e, "stage not looked up"),
+            }
+        }
+        if !lost.is_empty() {
+            let republished = self.outbox.republish(id, &lost).await;
+            self.recovered
+                .with_label_values(&["republished"])
+                .inc_by(u64::try_from(republished).unwrap_or(u64::MAX));
+            tracing::warn!(task = %id, stages = ?lost, "stages published long ago had neither a result nor a worker; published again");
         }
     }
 }
@@ -179,9 +246,11 @@ mod tests {
 
     const STALL_MS: u64 = 30_000;
     const INTAKE_MS: u64 = 300_000;
+    const RECOVER_MS: u64 = 600_000;
     const LIMITS: Limits = Limits {
         stall_after_ms: STALL_MS,
         intake_timeout_ms: INTAKE_MS,
+        recover_after_ms: RECOVER_MS,
     };
 
     /// A running scan with stages in every status, planned at `planned_at` or a moment later.
@@ -298,5 +367,120 @@ mod tests {
             Some(fx.now()),
             "stamped as this replica's before its intake ran"
         );
+    }
+}
+
+#[cfg(test)]
+mod recovery_tests {
+    use verdict_backends::broker::{Broker as _, Route};
+    use verdict_backends::store::ResultStore as _;
+    use verdict_proto::outcome::StageOutcome;
+    use verdict_proto::wire::{Priority, StageKind, StageResult, Usage, WIRE_VERSION};
+
+    use super::*;
+    use crate::engine::fixture::{Fixture, RECOVER_AFTER};
+
+    /// A scan whose stage was published (dispatched) and then nothing came back.
+    async fn published_scan(fx: &Fixture) -> TaskRecord {
+        let task = fx.queued_scan().await;
+        fx.parts.intake.start(&task.id).await;
+        fx.settle().await;
+        let task = fx.load(&task.id).await;
+        assert_eq!(task.stage("scan").unwrap().status, StageStatus::Dispatched);
+        // Taken off the queue, as a worker would before it died (or the message was lost).
+        let mut queue = fx
+            .broker
+            .consume(Route::Stages(Priority::Bulk), 1)
+            .await
+            .unwrap();
+        queue.next().await.unwrap().acker.ack().await.unwrap();
+        task
+    }
+
+    fn sweeper(fx: &Fixture) -> Sweeper {
+        Sweeper::new(&fx.deps, &fx.settings, &fx.parts)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stage_lost_on_the_way_is_published_again_only_when_nobody_holds_it() {
+        let fx = Fixture::new();
+        let task = published_scan(&fx).await;
+        let sweeper = sweeper(&fx);
+
+        sweeper.sweep().await;
+        assert_eq!(
+            fx.broker.depth(Route::Stages(Priority::Bulk)),
+            0,
+            "not before recover_after"
+        );
+
+        // A worker is running it: left alone.
+        tokio::time::advance(RECOVER_AFTER + Duration::from_secs(1)).await;
+        fx.store
+            .claim(&task.id, "scan", "worker-1", Duration::from_secs(15))
+            .await
+            .unwrap();
+        sweeper.sweep().await;
+        assert_eq!(
+            fx.broker.depth(Route::Stages(Priority::Bulk)),
+            0,
+            "a live claim: running"
+        );
+
+        // Its worker is gone and its claim lapsed: the stage is published again, once.
+        tokio::time::advance(Duration::from_secs(16)).await;
+        sweeper.sweep().await;
+        assert_eq!(fx.broker.depth(Route::Stages(Priority::Bulk)), 1);
+        let republished = fx.load(&task.id).await;
+        assert_eq!(
+            republished.stage("scan").unwrap().dispatched_unix_ms,
+            Some(fx.now()),
+            "the new publication is noted, so the next sweep waits again"
+        );
+        sweeper.sweep().await;
+        assert_eq!(fx.broker.depth(Route::Stages(Priority::Bulk)), 1);
+        let counted = fx
+            .metrics()
+            .recovered
+            .with_label_values(&["republished"])
+            .get();
+        assert_eq!(counted, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_recorded_but_never_received_is_applied() {
+        let fx = Fixture::new();
+        let task = published_scan(&fx).await;
+        let result = StageResult {
+            version: WIRE_VERSION,
+            task_id: task.id.clone(),
+            stage_id: "scan".to_owned(),
+            stage: StageKind::Scan,
+            attempt: 1,
+            outcome: StageOutcome::Ok {
+                value: serde_json::json!({"version": 1, "overall_score": 90, "summary": "s", "findings": []}),
+                repaired: false,
+                attempts: 1,
+            },
+            usage: Usage::default(),
+            started_unix_ms: 0,
+            finished_unix_ms: 0,
+            model: None,
+        };
+        // The worker recorded it; its message on the results queue was lost.
+        fx.store.record(&result).await.unwrap();
+        tokio::time::advance(RECOVER_AFTER + Duration::from_secs(1)).await;
+
+        sweeper(&fx).sweep().await;
+
+        let ended = fx.load(&task.id).await;
+        assert_eq!(ended.state, TaskState::Completed);
+        assert_eq!(
+            fx.broker.depth(Route::Stages(Priority::Bulk)),
+            0,
+            "not run again"
+        );
+        let applied = fx.metrics().recovered.with_label_values(&["applied"]).get();
+        assert_eq!(applied, 1);
     }
 }

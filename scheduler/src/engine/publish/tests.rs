@@ -336,6 +336,7 @@ async fn a_host_that_is_down_is_retried_by_the_sweeper_after_a_backoff() {
     let stall = &crate::engine::sweeper::Limits {
         stall_after_ms: u64::try_from(STALL_AFTER.as_millis()).unwrap(),
         intake_timeout_ms: 300_000,
+        recover_after_ms: 600_000,
     };
     assert_eq!(
         chore(&ended, fx.now(), stall),
@@ -450,6 +451,7 @@ async fn a_stopping_scheduler_gives_its_claim_back_and_posts_nothing() {
     let stall = &crate::engine::sweeper::Limits {
         stall_after_ms: u64::try_from(STALL_AFTER.as_millis()).unwrap(),
         intake_timeout_ms: 300_000,
+        recover_after_ms: 600_000,
     };
     tokio::time::advance(STALL_AFTER + Duration::from_secs(1)).await;
     assert_eq!(
