@@ -209,19 +209,7 @@ pub async fn inject(
         Err(e) => missed.push(format!("poison message: {e}")),
         Ok(()) => {
             let begun = clock.begin(&fake);
-            let poison_before = chaos.pool.deliveries().await.get("poison").copied();
-            let dead_before = chaos.pool.scheduler_metric(SCHEDULER_DEAD_LETTERS).await;
-            poison = publish_poison(amqp).await;
-            poison.counted_by_workers = chaos
-                .pool
-                .deliveries()
-                .await
-                .get("poison")
-                .copied()
-                .unwrap_or(0.0)
-                - poison_before.unwrap_or(0.0);
-            poison.taken_by_scheduler =
-                chaos.pool.scheduler_metric(SCHEDULER_DEAD_LETTERS).await - dead_before;
+            poison = publish_poison(amqp, &chaos.pool).await;
             let detail = poison.verdict().unwrap_or_else(|e| e);
             faults.push(clock.record("poison message", detail, begun));
         }
@@ -341,10 +329,19 @@ async fn busiest_worker(pool: &Pool) -> (String, f64) {
     }
 }
 
-/// Publishes the poison message and waits for it on the dead-letter queue. Other dead letters met
-/// there are put back with their reason (the scheduler may be the one meant to read them).
-async fn publish_poison(amqp: AmqpConfig) -> Poison {
+/// Publishes the poison message and waits until it is seen dead-lettered: on the dead-letter
+/// queue with its reason, or counted as poison by a worker and taken off the dead-letter queue by
+/// the scheduler (which consumes it and may be first). Other dead letters met on the queue are
+/// put back with their reason (the scheduler is the one meant to read them).
+async fn publish_poison(amqp: AmqpConfig, pool: &Pool) -> Poison {
     let mut poison = Poison::default();
+    let poison_before = pool
+        .deliveries()
+        .await
+        .get("poison")
+        .copied()
+        .unwrap_or(0.0);
+    let dead_before = pool.scheduler_metric(SCHEDULER_DEAD_LETTERS).await;
     let broker = match tokio::time::timeout(DEAD_LETTER_WAIT, AmqpBroker::connect(amqp)).await {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => panic!("connect to the private broker to publish the poison message: {e}"),
@@ -360,6 +357,18 @@ async fn publish_poison(amqp: AmqpConfig) -> Poison {
         .unwrap_or_else(|e| panic!("publish the poison message: {e}"));
     let deadline = Instant::now() + DEAD_LETTER_WAIT;
     while poison.reason.is_none() && Instant::now() < deadline {
+        poison.counted_by_workers = pool
+            .deliveries()
+            .await
+            .get("poison")
+            .copied()
+            .unwrap_or(0.0)
+            - poison_before;
+        poison.taken_by_scheduler =
+            pool.scheduler_metric(SCHEDULER_DEAD_LETTERS).await - dead_before;
+        if poison.verdict().is_ok() {
+            break;
+        }
         let taken = broker.take_dead_letters(20).await.unwrap_or_default();
         for (m, reason) in taken {
             if m.body == POISON {
