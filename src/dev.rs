@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::clock::SystemClock;
 use verdict_backends::publish::Publisher;
+use verdict_backends::ratelimit::MemorySlots;
 use verdict_backends::ratelimit::memory::MemoryRateLimiter;
 use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::memory::MemoryStore;
@@ -60,6 +61,7 @@ impl DevPool {
                 broker: broker.clone(),
                 store: store.clone(),
                 limiter: Arc::new(MemoryRateLimiter::new()),
+                slots: Arc::new(MemorySlots::new()),
                 repositories,
                 publisher,
                 clock: Arc::new(SystemClock),

@@ -15,7 +15,7 @@ use verdict_backends::publish::Publisher;
 use verdict_backends::publish::github::{
     GitHubAuth, GitHubConfig, GitHubConfigError, GitHubPublisher,
 };
-use verdict_backends::ratelimit::RateLimiter;
+use verdict_backends::ratelimit::{RateLimiter, SlotLimiter};
 use verdict_backends::repo::{
     GitCredentials, GitRepositorySource, GitSourceConfig, RepoError, RepositorySource,
 };
@@ -80,6 +80,8 @@ pub struct Backends {
     pub store: Arc<dyn StateStore>,
     /// The pool's rate limits (SPEC Q3): on the store's Redis connection, or in memory.
     pub limiter: Arc<dyn RateLimiter>,
+    /// The pool's per-organisation caps on bulk stages (SPEC Q6), alike.
+    pub slots: Arc<dyn SlotLimiter>,
     pub repositories: Arc<dyn RepositorySource>,
     /// The code host (GitHub), when `[github]` is configured.
     pub publisher: Option<Arc<dyn Publisher>>,
@@ -98,6 +100,7 @@ impl Backends {
         Ok(Backends {
             broker: Arc::new(broker),
             limiter: Arc::new(store.clone()),
+            slots: Arc::new(store.clone()),
             store: Arc::new(store),
             repositories,
             publisher: github.map(|g| g as Arc<dyn Publisher>),
@@ -186,6 +189,7 @@ impl Assembly {
             b.broker.clone(),
             store.clone(),
             store.clone(),
+            b.slots.clone(),
             consumer_settings(&self.config, worker_id),
         ))
     }
@@ -268,6 +272,7 @@ fn consumer_settings(config: &Config, worker_id: String) -> ConsumerSettings {
         message_max_bytes: config.broker.message_max_bytes,
         claim_ttl: config.worker.claim_ttl,
         record_retry: config.worker.record_retry,
+        bulk_per_organisation: config.worker.bulk_per_organisation,
         shutdown_grace: config.worker.shutdown_grace,
     }
 }

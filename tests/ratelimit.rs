@@ -116,6 +116,7 @@ async fn member(spec: &str) {
             broker: broker.clone(),
             store: Arc::new(MemoryStore::new()),
             limiter: Arc::new(limiter),
+            slots: Arc::new(verdict_backends::ratelimit::MemorySlots::new()),
             repositories: Arc::new(MemoryRepositorySource::new()),
             publisher: None,
             clock: clock.clone(),

@@ -22,7 +22,9 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 use verdict_backends::ratelimit::memory::MemoryRateLimiter;
-use verdict_backends::ratelimit::{Bucket, Demand, Limit, LimitError, Permit, RateLimiter};
+use verdict_backends::ratelimit::{
+    Bucket, Demand, Limit, LimitError, MemorySlots, Permit, RateLimiter, SlotLimiter,
+};
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 
 use support::wait::{PROMPTLY, eventually, within};
@@ -552,4 +554,45 @@ async fn redis_restarted_mid_run_makes_callers_wait_then_continue_within_the_lim
     };
     within_limit(Duration::ZERO, killed_at + Duration::from_millis(100));
     within_limit(restarted_at, ended_at);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency slots (SPEC Q6), on both backends
+
+async fn check_slots(a: &dyn SlotLimiter, b: &dyn SlotLimiter) {
+    let ttl = Duration::from_millis(400);
+    // Two of a capacity of two, from two workers' views; a third waits.
+    assert!(a.acquire_slot("org:acme", "w1/s1", 2, ttl).await.unwrap());
+    assert!(b.acquire_slot("org:acme", "w2/s2", 2, ttl).await.unwrap());
+    assert!(!b.acquire_slot("org:acme", "w2/s3", 2, ttl).await.unwrap());
+    // A holder renews its own slot whatever the count; another key is independent.
+    assert!(a.acquire_slot("org:acme", "w1/s1", 2, ttl).await.unwrap());
+    assert!(b.acquire_slot("org:other", "w2/s3", 2, ttl).await.unwrap());
+    // A slot given back is free at once.
+    a.release_slot("org:acme", "w1/s1").await.unwrap();
+    assert!(b.acquire_slot("org:acme", "w2/s3", 2, ttl).await.unwrap());
+    assert!(!a.acquire_slot("org:acme", "w1/s4", 2, ttl).await.unwrap());
+    // A holder that stops renewing (its worker died) loses its slot when the lease lapses.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !a.acquire_slot("org:acme", "w1/s4", 2, ttl).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leases never lapsed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn memory_slots() {
+    let slots = MemorySlots::new();
+    check_slots(&slots, &slots).await;
+}
+
+#[tokio::test]
+async fn redis_slots() {
+    let prefix = fresh_prefix();
+    let a = redis_store(REDIS_URL, &prefix).await;
+    let b = redis_store(REDIS_URL, &prefix).await;
+    check_slots(&a, &b).await;
 }

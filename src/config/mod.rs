@@ -213,6 +213,8 @@ pub struct WorkerConfig {
     pub claim_ttl: Duration,
     /// How long a finished stage's result is held, recording retried, while Redis is down.
     pub record_retry: Duration,
+    /// Bulk stages of one organisation running at once across the pool; 0: no cap.
+    pub bulk_per_organisation: u32,
 }
 
 /// `[scheduler]`: the sweeper that restarts what a crashed replica left behind.

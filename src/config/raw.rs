@@ -177,6 +177,7 @@ table! {
         shutdown_grace_seconds: Int,
         claim_ttl_seconds: Int,
         record_retry_seconds: Int,
+        bulk_per_organisation: Int,
     }
 }
 

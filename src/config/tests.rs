@@ -82,6 +82,7 @@ fn defaults() {
     assert_eq!(c.worker.shutdown_grace, Duration::from_secs(60));
     assert_eq!(c.worker.claim_ttl, Duration::from_secs(15));
     assert_eq!(c.worker.record_retry, Duration::from_secs(300));
+    assert_eq!(c.worker.bulk_per_organisation, 0);
     assert_eq!(c.scheduler.sweep_interval, Duration::from_secs(10));
     assert_eq!(c.scheduler.stall_after, Duration::from_secs(30));
     assert_eq!(c.scheduler.intake_concurrency, 8);
@@ -870,7 +871,7 @@ fn unknown_keys_list_the_valid_ones() {
     let e = err(&format!("[worker]\nconcurency = 4\n{BASE}"), &[]);
     assert_eq!(
         e,
-        "config key worker.concurency is unknown (did you mean `concurrency`?); valid keys in [worker]: concurrency, bulk_concurrency, cache_dir, snapshot_cache_bytes, metrics_listen, shutdown_grace_seconds, claim_ttl_seconds, record_retry_seconds"
+        "config key worker.concurency is unknown (did you mean `concurrency`?); valid keys in [worker]: concurrency, bulk_concurrency, cache_dir, snapshot_cache_bytes, metrics_listen, shutdown_grace_seconds, claim_ttl_seconds, record_retry_seconds, bulk_per_organisation"
     );
     let e = err(&format!("colour = 1\n{BASE}"), &[]);
     assert_eq!(

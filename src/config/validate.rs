@@ -846,6 +846,13 @@ fn worker(
             d::RECORD_RETRY_SECONDS,
             0,
         )?,
+        bulk_per_organisation: ctx.num(
+            "worker.bulk_per_organisation",
+            raw.bulk_per_organisation,
+            0,
+            0,
+            Some(d::MAX_CONCURRENCY),
+        )?,
     })
 }
 

@@ -23,6 +23,7 @@ use verdict_proto::wire::{self, EventType, Priority, StageRequest, StageResult};
 
 use crate::executor::StageExecutor;
 use verdict_backends::broker::{Broker, BrokerError, Delivery, Message, Route};
+use verdict_backends::ratelimit::SlotLimiter;
 use verdict_backends::store::{CancelSignals, Claim, ResultStore};
 
 /// How a worker consumes.
@@ -44,6 +45,9 @@ pub struct ConsumerSettings {
     /// How long a finished stage's result is held, and recording retried, while the state store
     /// is unreachable, before the stage is deferred for later (its responses stay journaled).
     pub record_retry: Duration,
+    /// Bulk stages of one organisation running at once across the pool (SPEC Q6); 0: no cap.
+    /// Every worker of a pool must use the same value.
+    pub bulk_per_organisation: u32,
     /// On shutdown, how long in-flight stages may take to finish before they are cancelled and
     /// given back to the queue (SPEC Q4).
     pub shutdown_grace: Duration,
@@ -61,6 +65,8 @@ struct Inner {
     broker: Arc<dyn Broker>,
     results: Arc<dyn ResultStore>,
     cancels: Arc<dyn CancelSignals>,
+    /// The pool's per-organisation caps on bulk stages.
+    slots: Arc<dyn SlotLimiter>,
     settings: ConsumerSettings,
     /// Cancellation tokens of running stages, by task id, each with a unique number.
     running: Mutex<HashMap<String, Vec<(u64, CancellationToken)>>>,
@@ -76,6 +82,7 @@ impl Consumer {
         broker: Arc<dyn Broker>,
         results: Arc<dyn ResultStore>,
         cancels: Arc<dyn CancelSignals>,
+        slots: Arc<dyn SlotLimiter>,
         settings: ConsumerSettings,
     ) -> Consumer {
         Consumer {
@@ -84,6 +91,7 @@ impl Consumer {
                 broker,
                 results,
                 cancels,
+                slots,
                 settings,
                 running: Mutex::new(HashMap::new()),
                 in_flight: Mutex::new(HashSet::new()),
@@ -293,9 +301,26 @@ impl Consumer {
             }
         }
 
+        let slot = self.organisation_slot(&request);
+        if let Some(slot) = &slot
+            && !self.take_slot(slot).await
+        {
+            // The organisation has its share of the pool: this stage waits its turn, behind the
+            // other organisations' work (the deferred copy goes to the back of the queue).
+            let _ = self
+                .inner
+                .results
+                .release(&task, &stage, &s.worker_id)
+                .await;
+            self.count("organisation_capped");
+            let delay = s.claim_ttl / 3 + jitter(s.claim_ttl);
+            let settle_as = self.publish_later(&request, delay, false).await;
+            settle(delivery, settle_as).await;
+            return;
+        }
         let token = hard_stop.child_token();
         let run = self.track(&task, &token);
-        let lease = self.renew_claim(&task, &stage, token.clone());
+        let lease = self.renew_claim(&task, &stage, slot.clone(), token.clone());
         let execution = self.inner.executor.execute(&request, &token).await;
         self.untrack(&task, run);
         if lease.lost.is_cancelled() {
@@ -303,6 +328,7 @@ impl Consumer {
             // it runs the stage from its own delivery, and whichever result is recorded first
             // wins. This delivery is a duplicate now.
             lease.stop.cancel();
+            self.give_slot_back(slot.as_ref()).await;
             self.count("taken_over");
             settle(delivery, Settle::Ack).await;
             return;
@@ -338,6 +364,7 @@ impl Consumer {
         };
         // The lease is kept until the result is recorded (or the stage deferred).
         lease.stop.cancel();
+        self.give_slot_back(slot.as_ref()).await;
         if let Err(e) = self
             .inner
             .results
@@ -448,7 +475,13 @@ impl Consumer {
     /// Keeps the claim alive while the stage runs and until its result is recorded. When a
     /// renewal finds another worker holding the claim (this worker could not renew in time and
     /// the stage was taken over), the run is cancelled and `lost` fires.
-    fn renew_claim(&self, task: &str, stage: &str, running: CancellationToken) -> Lease {
+    fn renew_claim(
+        &self,
+        task: &str,
+        stage: &str,
+        slot: Option<Slot>,
+        running: CancellationToken,
+    ) -> Lease {
         let lease = Lease {
             stop: CancellationToken::new(),
             lost: CancellationToken::new(),
@@ -474,11 +507,57 @@ impl Consumer {
                             Ok(_) => {}
                             Err(e) => tracing::warn!(error = %e, "claim renewal failed"),
                         }
+                        if let Some(slot) = &slot
+                            && let Err(e) = this.inner.slots.acquire_slot(&slot.key, &slot.holder, slot.capacity, s.claim_ttl).await
+                        {
+                            tracing::warn!(error = %e, "organisation slot renewal failed");
+                        }
                     }
                 }
             }
         });
         lease
+    }
+
+    /// The slot a bulk stage needs under its organisation's cap, when there is a cap and the
+    /// stage names an organisation's repository.
+    fn organisation_slot(&self, request: &StageRequest) -> Option<Slot> {
+        let s = &self.inner.settings;
+        if s.bulk_per_organisation == 0 || request.priority != Priority::Bulk {
+            return None;
+        }
+        let org = organisation(&request.repository.as_ref()?.url)?;
+        Some(Slot {
+            key: format!("bulk:{org}"),
+            holder: format!("{}/{}/{}", s.worker_id, request.task_id, request.stage_id),
+            capacity: s.bulk_per_organisation,
+        })
+    }
+
+    /// Takes the slot; a limiter that cannot be reached counts as no room (the cap holds, the
+    /// stage comes back later).
+    async fn take_slot(&self, slot: &Slot) -> bool {
+        let ttl = self.inner.settings.claim_ttl;
+        match self
+            .inner
+            .slots
+            .acquire_slot(&slot.key, &slot.holder, slot.capacity, ttl)
+            .await
+        {
+            Ok(taken) => taken,
+            Err(e) => {
+                tracing::warn!(error = %e, "organisation slot not taken; the stage waits");
+                false
+            }
+        }
+    }
+
+    async fn give_slot_back(&self, slot: Option<&Slot>) {
+        if let Some(slot) = slot
+            && let Err(e) = self.inner.slots.release_slot(&slot.key, &slot.holder).await
+        {
+            tracing::debug!(error = %e, "organisation slot not given back; it lapses");
+        }
     }
 
     fn track(&self, task: &str, token: &CancellationToken) -> u64 {
@@ -513,6 +592,34 @@ impl Consumer {
     }
 }
 
+/// One bulk stage's slot of its organisation's cap.
+#[derive(Debug, Clone)]
+struct Slot {
+    key: String,
+    holder: String,
+    capacity: u32,
+}
+
+/// The organisation a repository belongs to, as `host/owner` (`github.com/acme`), for
+/// `https://host/owner/repo`, `ssh://…` and `git@host:owner/repo` URLs; `None` for local paths.
+fn organisation(url: &str) -> Option<String> {
+    let rest = url
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .or_else(|| url.split_once('@').map(|(_, rest)| rest))?;
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let (host, path) = rest.split_once(['/', ':'])?;
+    let owner = path.trim_start_matches('/').split('/').next()?;
+    if host.is_empty() || owner.is_empty() || host.starts_with('/') {
+        return None;
+    }
+    Some(format!(
+        "{}/{}",
+        host.to_ascii_lowercase(),
+        owner.to_ascii_lowercase()
+    ))
+}
+
 /// A running stage's claim renewal: `stop` ends it; `lost` fires when another worker took the
 /// stage over.
 struct Lease {
@@ -524,6 +631,32 @@ struct Lease {
 /// back at once.
 fn jitter(max: Duration) -> Duration {
     crate::retry::full_jitter(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::organisation;
+
+    #[test]
+    fn an_organisation_is_the_host_and_owner_of_a_repository() {
+        for (url, org) in [
+            ("https://github.com/Acme/shop.git", Some("github.com/acme")),
+            (
+                "https://x-access-token:t@ghe.example.com:8443/acme/shop",
+                Some("ghe.example.com:8443/acme"),
+            ),
+            (
+                "ssh://git@github.com/acme/shop.git",
+                Some("github.com/acme"),
+            ),
+            ("git@github.com:acme/shop.git", Some("github.com/acme")),
+            ("/srv/repos/shop", None),
+            ("file:///srv/repos/shop", None),
+            ("https://github.com/", None),
+        ] {
+            assert_eq!(organisation(url).as_deref(), org, "{url}");
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

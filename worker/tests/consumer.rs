@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use verdict_backends::BoxFuture;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::broker::{Broker, Message, Route};
+use verdict_backends::ratelimit::MemorySlots;
 use verdict_backends::store::memory::MemoryStore;
 use verdict_backends::store::{Claim, ResultStore, StageState, StoreError};
 use verdict_proto::repair::RepairMode;
@@ -115,6 +116,7 @@ struct Pool {
     rig: common::Rig,
     broker: Arc<MemoryBroker>,
     results: Arc<Flaky>,
+    slots: Arc<MemorySlots>,
     shutdown: CancellationToken,
     running: tokio::task::JoinHandle<()>,
 }
@@ -127,22 +129,31 @@ fn pool(claims: usize, records: usize) -> Pool {
 
 /// [`pool`], the stage answering with `answer`.
 fn pool_answering(claims: usize, records: usize, answer: Step) -> Pool {
-    let rig = rig(vec![answer], ExecutorSettings::default());
+    pool_with(claims, records, vec![answer], 0)
+}
+
+/// [`pool`], its stages answering with `answers` in turn, with `cap` bulk stages per
+/// organisation (0: no cap), bulk stages consumed too.
+fn pool_with(claims: usize, records: usize, answers: Vec<Step>, cap: u32) -> Pool {
+    let rig = rig(answers, ExecutorSettings::default());
     let broker = Arc::new(MemoryBroker::new());
     let results = Arc::new(Flaky::new(rig.store.clone(), claims, records));
+    let slots = Arc::new(MemorySlots::new());
     let consumer = Consumer::new(
         rig.executor.clone(),
         broker.clone(),
         results.clone(),
         rig.store.clone(),
+        slots.clone(),
         ConsumerSettings {
             worker_id: "worker-b".into(),
             concurrency: 4,
-            bulk_concurrency: 0,
+            bulk_concurrency: 4,
             max_requeues: 2,
             message_max_bytes: 1 << 20,
             claim_ttl: TTL,
             record_retry: Duration::from_secs(60),
+            bulk_per_organisation: cap,
             shutdown_grace: Duration::from_secs(1),
         },
     );
@@ -153,6 +164,7 @@ fn pool_answering(claims: usize, records: usize, answer: Step) -> Pool {
         rig,
         broker,
         results,
+        slots,
         shutdown,
         running,
     }
@@ -165,7 +177,7 @@ impl Pool {
             headers: Default::default(),
         };
         self.broker
-            .publish(Route::Stages(Priority::Interactive), &message)
+            .publish(Route::Stages(request.priority), &message)
             .await
             .unwrap();
     }
@@ -427,6 +439,71 @@ async fn a_worker_that_lost_its_lease_stops_and_leaves_the_stage_to_its_new_owne
             .holder(),
         Some("worker-a"),
         "the new owner keeps it"
+    );
+    pool.stop().await;
+}
+
+/// A bulk triage stage of `task` on a repository of `owner` (triage reads no code).
+fn bulk_stage(pool: &Pool, task: &str, owner: &str) -> verdict_proto::wire::StageRequest {
+    let mut stage = request(
+        StageKind::Triage,
+        RepairMode::Isolated,
+        2,
+        far_future(&pool.rig),
+    );
+    stage.task_id = task.to_owned();
+    stage.priority = Priority::Bulk;
+    stage.repository = Some(verdict_proto::wire::RepositoryRef {
+        url: format!("https://github.com/{owner}/shop.git"),
+        commit: "0123456789012345678901234567890123456789".to_owned(),
+        base: None,
+    });
+    stage
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_organisations_bulk_stages_wait_their_turn_while_another_organisation_runs() {
+    let triage = r#"{"review": true, "reason": "A change to check."}"#;
+    let slow = |secs| Step::After(Duration::from_secs(secs), Box::new(Step::text(triage)));
+    let pool = pool_with(0, 0, vec![slow(30), slow(1), slow(1)], 1);
+    let first = bulk_stage(&pool, "acme-1", "acme");
+    let second = bulk_stage(&pool, "acme-2", "acme");
+    let other = bulk_stage(&pool, "globex-1", "globex");
+    pool.publish(&first).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while pool.rig.provider.requests().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first stage did not start"
+        );
+        tokio::task::yield_now().await;
+    }
+    pool.publish(&second).await;
+    pool.publish(&other).await;
+
+    // The other organisation's stage finishes while acme's second waits for acme's slot.
+    let done = pool.next_result().await;
+    assert_eq!(done.task_id, "globex-1");
+    assert!(
+        pool.deliveries("organisation_capped") >= 1.0,
+        "acme's second stage was deferred"
+    );
+    assert_eq!(
+        pool.slots.holders("bulk:github.com/acme"),
+        1,
+        "acme runs one stage at a time"
+    );
+    let mut rest = vec![
+        pool.next_result().await.task_id,
+        pool.next_result().await.task_id,
+    ];
+    rest.sort();
+    assert_eq!(rest, ["acme-1", "acme-2"]);
+    assert_eq!(pool.rig.provider.requests().len(), 3, "each stage ran once");
+    assert_eq!(
+        pool.slots.holders("bulk:github.com/acme"),
+        0,
+        "slots given back"
     );
     pool.stop().await;
 }

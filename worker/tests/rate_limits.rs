@@ -609,6 +609,7 @@ async fn the_consumer_runs_a_requeued_rate_limited_stage_again_and_it_completes(
         Arc::new(broker.clone()),
         r.store.clone(),
         r.store.clone(),
+        Arc::new(verdict_backends::ratelimit::MemorySlots::new()),
         ConsumerSettings {
             worker_id: "w1".into(),
             concurrency: 2,
@@ -617,6 +618,7 @@ async fn the_consumer_runs_a_requeued_rate_limited_stage_again_and_it_completes(
             message_max_bytes: 1 << 20,
             claim_ttl: Duration::from_secs(60),
             record_retry: Duration::from_secs(60),
+            bulk_per_organisation: 0,
             shutdown_grace: Duration::from_secs(5),
         },
     );

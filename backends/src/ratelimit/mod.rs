@@ -14,9 +14,15 @@
 //!
 //! One acquisition takes several [`Demand`]s of one key (one request *and* N tokens) all or
 //! nothing: a caller told to wait has spent nothing, in no bucket.
+//!
+//! [`slots`] caps concurrency instead of rate: at most N leased holders of a key across the pool
+//! (one organisation's bulk stages, SPEC Q6).
 
 pub mod memory;
 mod redis;
+pub mod slots;
+
+pub use slots::{MemorySlots, SlotLimiter};
 
 use std::fmt;
 use std::time::Duration;
