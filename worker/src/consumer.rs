@@ -603,14 +603,25 @@ struct Slot {
 /// The organisation a repository belongs to, as `host/owner` (`github.com/acme`), for
 /// `https://host/owner/repo`, `ssh://…` and `git@host:owner/repo` URLs; `None` for local paths.
 fn organisation(url: &str) -> Option<String> {
-    let rest = url
-        .split_once("://")
-        .map(|(_, rest)| rest)
-        .or_else(|| url.split_once('@').map(|(_, rest)| rest))?;
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    let (host, path) = rest.split_once(['/', ':'])?;
+    let (host, path) = match url.split_once("://") {
+        // scheme://[user@]host[:port]/owner/repo
+        Some((_, rest)) => {
+            let (authority, path) = rest.split_once('/')?;
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            (host, path)
+        }
+        // [user@]host:owner/repo (scp-like); a path (`/srv/x`, `./x`) has no `host:` part.
+        None => {
+            let (authority, path) = url.split_once(':')?;
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            if host.contains('/') {
+                return None;
+            }
+            (host, path)
+        }
+    };
     let owner = path.trim_start_matches('/').split('/').next()?;
-    if host.is_empty() || owner.is_empty() || host.starts_with('/') {
+    if host.is_empty() || owner.is_empty() {
         return None;
     }
     Some(format!(
