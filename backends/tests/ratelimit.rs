@@ -15,7 +15,6 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +26,7 @@ use verdict_backends::ratelimit::{
 };
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 
+use support::redis::{PrivateRedis, free_port};
 use support::wait::{PROMPTLY, eventually, within};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379";
@@ -399,62 +399,6 @@ async fn redis_keys_expire_when_their_buckets_are_idle() {
         }
     })
     .await;
-}
-
-/// A `redis-server` of our own on `port`, killed on drop (as in `store.rs`).
-struct PrivateRedis {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl PrivateRedis {
-    async fn start(port: u16) -> PrivateRedis {
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH");
-        let url = format!("redis://127.0.0.1:{port}");
-        eventually("the private redis-server to answer", || async {
-            let Ok(client) = redis::Client::open(url.as_str()) else {
-                return false;
-            };
-            let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
-                return false;
-            };
-            redis::cmd("PING")
-                .query_async::<String>(&mut conn)
-                .await
-                .is_ok()
-        })
-        .await;
-        PrivateRedis { child, _dir: dir }
-    }
-
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// What one caller saw, and when.

@@ -1,7 +1,8 @@
-//! What the backend test suites share: waiting with a deadline instead of sleeping, and a private,
-//! self-cleaning corner of the shared RabbitMQ. Each test crate uses only part of it.
+//! What the backend test suites share: waiting with a deadline instead of sleeping, a private,
+//! self-cleaning corner of the shared RabbitMQ, and a private Redis to kill and restart. Each test crate uses only part of it.
 
 #![allow(dead_code)]
 
 pub mod rabbitmq;
+pub mod redis;
 pub mod wait;
