@@ -46,6 +46,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Every TLS client of the process — the providers', GitHub's, Redis's, the OTLP exporter's —
+    // is built on rustls without a default provider: ring is chosen once, here, before any of
+    // them (an exporter built without one panics in its client thread).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => commands::validate::run(args),

@@ -1,16 +1,29 @@
 //! Process telemetry set up once at start: structured JSON logs on stderr (SPEC O5) and
 //! OpenTelemetry tracing (O2) — spans always carry W3C trace context so it crosses the queue;
-//! they are exported over OTLP/HTTP only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+//! they are exported over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` (or the traces-specific
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, configured by the standard `OTEL_*` variables.
+//!
+//! Export never holds a process up: spans go to a batch processor on its own thread (a full
+//! queue drops spans rather than block), each export has the exporter's timeout, and the flush
+//! at exit waits at most [`FLUSH_AT_EXIT`] — a collector that is down or hangs costs spans, never
+//! a stage or a shutdown. Logs and spans are filtered separately: `VERDICT_LOG` decides what is
+//! printed, `VERDICT_TRACE` (default `info`) what is exported, so a quiet interactive command
+//! still exports its spans.
+
+use std::time::Duration;
 
 use anyhow::Context as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
-/// Flushes spans on drop (the batch exporter sends what it holds).
+/// How long the spans still queued at exit may take to be sent.
+const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
+
+/// Flushes spans on drop, within [`FLUSH_AT_EXIT`].
 #[derive(Debug)]
 pub struct Telemetry {
     provider: SdkTracerProvider,
@@ -18,7 +31,19 @@ pub struct Telemetry {
 
 impl Drop for Telemetry {
     fn drop(&mut self) {
-        let _ = self.provider.shutdown();
+        let provider = self.provider.clone();
+        let (done, flushed) = std::sync::mpsc::channel();
+        // The SDK's shutdown waits for the exporter; a collector that never answers must not
+        // keep the process from ending.
+        let spawned = std::thread::Builder::new()
+            .name("otel-flush".into())
+            .spawn(move || {
+                let _ = provider.shutdown();
+                let _ = done.send(());
+            });
+        if spawned.is_ok() {
+            let _ = flushed.recv_timeout(FLUSH_AT_EXIT);
+        }
     }
 }
 
@@ -31,48 +56,70 @@ pub enum LogFormat {
     Human,
 }
 
-/// Installs the global subscriber. `VERDICT_LOG` is the filter (e.g. `verdict_worker=debug`);
+/// Whether spans are exported: the OTLP endpoint variables the exporter reads.
+fn export_configured() -> bool {
+    [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ]
+    .iter()
+    .any(|v| std::env::var(v).is_ok_and(|s| !s.trim().is_empty()))
+}
+
+/// Installs the global subscriber. `VERDICT_LOG` is the log filter (e.g. `verdict_worker=debug`);
 /// without it, `info` for services and `error` for interactive commands, whose progress is
-/// already printed as milestones.
+/// already printed as milestones. `VERDICT_TRACE` filters exported spans (default `info`).
+/// `service` names the process in traces unless `OTEL_SERVICE_NAME` does.
 pub fn init(service: &str, format: LogFormat) -> anyhow::Result<Telemetry> {
     let default = match format {
         LogFormat::Json => "info",
         LogFormat::Human => "error",
     };
-    let filter = EnvFilter::try_from_env("VERDICT_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let logs = EnvFilter::try_from_env("VERDICT_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let spans = EnvFilter::try_from_env("VERDICT_TRACE").unwrap_or_else(|_| EnvFilter::new("info"));
+    let service = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| service.to_owned());
     let mut builder = SdkTracerProvider::builder().with_resource(
         Resource::builder()
-            .with_service_name(service.to_owned())
+            .with_service_name(service)
+            .with_attribute(opentelemetry::KeyValue::new(
+                "service.version",
+                env!("CARGO_PKG_VERSION"),
+            ))
             .build(),
     );
-    if let Ok(endpoint) = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+    if export_configured() {
+        // Endpoint, headers, timeout and compression come from the standard OTEL_* variables.
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .build()
-            .with_context(|| format!("configure the OTLP exporter for {endpoint}"))?;
+            .context("configure the OTLP exporter (OTEL_EXPORTER_OTLP_* variables)")?;
         builder = builder.with_batch_exporter(exporter);
     }
     let provider = builder.build();
-    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("verdict"));
-    let registry = tracing_subscriber::registry().with(filter).with(otel);
-    let installed = match format {
-        LogFormat::Json => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .with_current_span(true)
-                    .with_span_list(false)
-                    .with_writer(std::io::stderr),
-            )
-            .try_init(),
-        LogFormat::Human => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .compact()
-                    .with_writer(std::io::stderr),
-            )
-            .try_init(),
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("verdict"))
+        .with_filter(spans);
+    let fmt = match format {
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_writer(std::io::stderr)
+            .with_filter(logs)
+            .boxed(),
+        LogFormat::Human => tracing_subscriber::fmt::layer()
+            .compact()
+            .with_writer(std::io::stderr)
+            .with_filter(logs)
+            .boxed(),
     };
-    installed.context("install the tracing subscriber")?;
+    tracing_subscriber::registry()
+        .with(otel)
+        .with(fmt)
+        .try_init()
+        .context("install the tracing subscriber")?;
     Ok(Telemetry { provider })
 }

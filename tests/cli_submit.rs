@@ -79,6 +79,7 @@ impl Finished {
             failure_kind: None,
             github: None,
             publication: None,
+            trace_id: None,
             repository: None,
             result,
             stages: vec![],

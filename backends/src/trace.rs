@@ -33,8 +33,40 @@ impl Extractor for HeaderExtractor<'_> {
 
 /// Writes the current span's context into `headers` (`traceparent`, `tracestate`).
 pub fn inject(headers: &mut BTreeMap<String, String>) {
-    let cx = tracing::Span::current().context();
+    inject_span(&tracing::Span::current(), headers);
+}
+
+/// Writes `span`'s context into `headers` (`traceparent`, `tracestate`); nothing when tracing
+/// export is off.
+pub fn inject_span(span: &tracing::Span, headers: &mut BTreeMap<String, String>) {
+    let cx = span.context();
     TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(headers));
+}
+
+/// `span`'s context as headers, to be kept (a task record keeps its task span's) and made the
+/// parent of spans later, elsewhere ([`set_parent`]), or carried by messages ([`copy`]).
+pub fn context_of(span: &tracing::Span) -> BTreeMap<String, String> {
+    let mut headers = BTreeMap::new();
+    inject_span(span, &mut headers);
+    headers
+}
+
+/// Copies a kept context (`traceparent`, `tracestate`) into a message's headers.
+pub fn copy(context: &BTreeMap<String, String>, headers: &mut BTreeMap<String, String>) {
+    for key in ["traceparent", "tracestate"] {
+        if let Some(value) = context.get(key) {
+            headers.insert(key.to_owned(), value.clone());
+        }
+    }
+}
+
+/// The trace id a kept context names (the second field of `traceparent`), for operators to find
+/// a task's trace.
+pub fn trace_id(context: &BTreeMap<String, String>) -> Option<String> {
+    let traceparent = context.get("traceparent")?;
+    let id = traceparent.split('-').nth(1)?;
+    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) && id != "0".repeat(32))
+        .then(|| id.to_owned())
 }
 
 /// Makes the context carried by `headers` the parent of `span` (no-op without one).
@@ -74,6 +106,19 @@ mod tests {
                 publisher_trace, consumer_trace,
                 "one trace across the queue"
             );
+
+            // A context kept (on a task record) parents spans later and travels in messages.
+            let kept = context_of(&publisher);
+            assert_eq!(trace_id(&kept), Some(publisher_trace.to_string()));
+            let mut message = BTreeMap::new();
+            copy(&kept, &mut message);
+            let later = tracing::info_span!("later");
+            set_parent(&later, &message);
+            assert_eq!(
+                later.context().span().span_context().trace_id(),
+                publisher_trace
+            );
         });
+        assert_eq!(trace_id(&BTreeMap::new()), None, "no export, no trace id");
     }
 }

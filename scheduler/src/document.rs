@@ -148,6 +148,10 @@ pub struct TaskDocument {
     /// failed (with why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publication: Option<crate::task::PublicationRecord>,
+    /// The task's trace id, when tracing export is on: its spans from every process are in
+    /// that one trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     /// The result model (review, issue analysis or scan) once terminal with a result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,

@@ -302,6 +302,7 @@ mod tests {
             failure_kind: None,
             github: None,
             publication: None,
+            trace_id: None,
             repository: Some(crate::document::RepositoryView {
                 url: "https://example.test/r.git".into(),
                 revision: "feature".into(),

@@ -2,6 +2,8 @@
 //! document so that every change is a compare-and-set (several scheduler replicas never
 //! double-advance a task).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use verdict_proto::Language;
 use verdict_proto::outcome::{FailureKind, StageOutcome};
@@ -173,6 +175,11 @@ pub struct TaskRecord {
     /// The GitHub pull request or issue the task is about, and whether to publish to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub github: Option<crate::service::GitHubSource>,
+    /// The task span's W3C trace context (`traceparent`, `tracestate`), kept so every later span
+    /// of the task — intake, stages in workers, publication — joins one trace (SPEC O2). Empty
+    /// when tracing export is off.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub trace: BTreeMap<String, String>,
     /// Publishing the outcome to the pull request or issue: set when a task to publish ends, in
     /// the same write (so a crash cannot lose it), and kept until publication settles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -271,6 +278,7 @@ impl TaskRecord {
             repository: self.repository_view(),
             github: self.github.clone(),
             publication: self.publication.clone(),
+            trace_id: verdict_backends::trace::trace_id(&self.trace),
             result: self.result.clone(),
             stages: self.stages.iter().map(stage_view).collect(),
             events,

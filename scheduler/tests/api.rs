@@ -60,6 +60,7 @@ fn document(id: &str, kind: TaskKind, pipeline: &str) -> TaskDocument {
         failure_kind: None,
         github: None,
         publication: None,
+        trace_id: None,
         repository: None,
         result: None,
         stages: vec![],

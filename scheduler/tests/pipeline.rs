@@ -100,6 +100,7 @@ fn task(pipeline: PipelineKind, triage: bool, reviewers: u8) -> TaskRecord {
         triage_fallback: false,
         github: None,
         publication: None,
+        trace: Default::default(),
     }
 }
 

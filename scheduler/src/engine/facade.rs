@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::IntCounterVec;
+use tracing::Instrument;
 use verdict_backends::BoxFuture;
 use verdict_backends::broker::Broker;
 use verdict_backends::clock::Clock;
@@ -83,7 +84,16 @@ impl Service {
         }
         task.created_unix_ms = self.now();
         task.intake_started_unix_ms = Some(task.created_unix_ms);
-        match self.records.create(&task).await {
+        // The root of the task's trace: every later span of the task, in any process, is its
+        // child through the context kept on the record.
+        let span = tracing::info_span!(
+            "task",
+            task_id = %task.id,
+            kind = metrics::task_kind_label(task.pipeline),
+            pipeline = task.pipeline.as_str(),
+        );
+        task.trace = verdict_backends::trace::context_of(&span);
+        match self.records.create(&task).instrument(span).await {
             Ok(()) => {}
             // Random ids do not collide: the id came from an idempotency key already used, and
             // the task that key made is the answer.

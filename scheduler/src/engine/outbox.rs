@@ -14,7 +14,7 @@ use verdict_proto::wire::{self, WireError};
 use super::records::TaskRecords;
 use super::{SchedulerDeps, SchedulerSettings};
 use crate::pipeline::Effects;
-use crate::task::{StageRecord, StageStatus};
+use crate::task::{StageRecord, StageStatus, TaskRecord};
 
 /// A planned stage that was not published because no message can carry it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +77,7 @@ impl Outbox {
             if stage.status != StageStatus::Planned {
                 continue;
             }
-            match self.publish(&task.id, stage).await {
+            match self.publish(&task, stage).await {
                 Published::Yes => published.push(id.clone()),
                 Published::Later => {}
                 Published::Never(reason) => uncarried.push(Uncarried {
@@ -93,8 +93,9 @@ impl Outbox {
     }
 
     /// Publishes one stage request.
-    async fn publish(&self, task_id: &str, stage: &StageRecord) -> Published {
-        let message = match message(task_id, stage) {
+    async fn publish(&self, task: &TaskRecord, stage: &StageRecord) -> Published {
+        let task_id = task.id.as_str();
+        let message = match message(task, stage) {
             Ok(m) => m,
             Err(e) => {
                 tracing::error!(error = %e, "stage request not encodable");
@@ -163,7 +164,7 @@ impl Outbox {
                 continue;
             };
             if stage.status == StageStatus::Dispatched
-                && matches!(self.publish(&task.id, stage).await, Published::Yes)
+                && matches!(self.publish(&task, stage).await, Published::Yes)
             {
                 published.push(id.clone());
             }
@@ -175,8 +176,10 @@ impl Outbox {
     }
 }
 
-/// A stage request as a message, with the task and stage in headers and the trace context.
-fn message(task_id: &str, stage: &StageRecord) -> Result<Message, WireError> {
+/// A stage request as a message, with the task and stage in headers and the task's trace
+/// context, so the worker's stage span is a child of the task span (SPEC O2).
+fn message(task: &TaskRecord, stage: &StageRecord) -> Result<Message, WireError> {
+    let task_id = task.id.as_str();
     let mut message = Message {
         body: wire::encode(&stage.request)?,
         headers: Default::default(),
@@ -187,7 +190,11 @@ fn message(task_id: &str, stage: &StageRecord) -> Result<Message, WireError> {
     message
         .headers
         .insert("x-verdict-stage".into(), stage.id.clone());
-    verdict_backends::trace::inject(&mut message.headers);
+    if task.trace.is_empty() {
+        verdict_backends::trace::inject(&mut message.headers);
+    } else {
+        verdict_backends::trace::copy(&task.trace, &mut message.headers);
+    }
     Ok(message)
 }
 

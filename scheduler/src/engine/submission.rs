@@ -354,6 +354,7 @@ impl TaskDefaults {
                 .saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
             triage_fallback: false,
             github: shape.github,
+            trace: Default::default(),
             publication: None,
         })
     }
