@@ -56,14 +56,35 @@ pub enum LogFormat {
     Human,
 }
 
-/// Whether spans are exported: the OTLP endpoint variables the exporter reads.
-fn export_configured() -> bool {
+/// Whether spans are exported: an OTLP endpoint variable is set, and neither
+/// `OTEL_SDK_DISABLED=true` nor `OTEL_TRACES_EXPORTER=none` turns export off.
+fn export_configured(var: impl Fn(&str) -> Option<String>) -> bool {
+    let set = |name: &str| var(name).filter(|s| !s.trim().is_empty());
+    let endpoint = set("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .or_else(|| set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+        .is_some();
+    let disabled = set("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    let none = set("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
+    endpoint && !disabled && !none
+}
+
+/// A warning for an `OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL` this build does not speak: verdict
+/// exports OTLP over HTTP with protobuf only, and says so rather than exit.
+fn unsupported_protocol(var: impl Fn(&str) -> Option<String>) -> Option<String> {
     [
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
     ]
     .iter()
-    .any(|v| std::env::var(v).is_ok_and(|s| !s.trim().is_empty()))
+    .find_map(|name| var(name).map(|v| (name, v)))
+    .filter(|(_, v)| v.trim() != "http/protobuf")
+    .map(|(name, v)| {
+        format!(
+            "{name}={v} is not supported: spans are exported as OTLP over HTTP with protobuf \
+                 (set it to http/protobuf, and point the endpoint at the collector's HTTP port, \
+                 usually 4318)"
+        )
+    })
 }
 
 /// Installs the global subscriber. `VERDICT_LOG` is the log filter (e.g. `verdict_worker=debug`);
@@ -81,16 +102,20 @@ pub fn init(service: &str, format: LogFormat) -> anyhow::Result<Telemetry> {
         .ok()
         .filter(|s| !s.trim().is_empty())
         .unwrap_or_else(|| service.to_owned());
-    let mut builder = SdkTracerProvider::builder().with_resource(
-        Resource::builder()
-            .with_service_name(service)
-            .with_attribute(opentelemetry::KeyValue::new(
-                "service.version",
-                env!("CARGO_PKG_VERSION"),
-            ))
-            .build(),
-    );
-    if export_configured() {
+    let mut builder = SdkTracerProvider::builder()
+        .with_id_generator(verdict_backends::trace::TaskSpanIds::default())
+        .with_resource(
+            Resource::builder()
+                .with_service_name(service)
+                .with_attribute(opentelemetry::KeyValue::new(
+                    "service.version",
+                    env!("CARGO_PKG_VERSION"),
+                ))
+                .build(),
+        );
+    let env = |name: &str| std::env::var(name).ok();
+    let export = export_configured(env);
+    if export {
         // Endpoint, headers, timeout and compression come from the standard OTEL_* variables.
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
@@ -99,6 +124,8 @@ pub fn init(service: &str, format: LogFormat) -> anyhow::Result<Telemetry> {
         builder = builder.with_batch_exporter(exporter);
     }
     let provider = builder.build();
+    // Task spans are recorded through the global provider, by code that has no handle on this one.
+    opentelemetry::global::set_tracer_provider(provider.clone());
     let otel = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("verdict"))
         .with_filter(spans);
@@ -121,5 +148,72 @@ pub fn init(service: &str, format: LogFormat) -> anyhow::Result<Telemetry> {
         .with(fmt)
         .try_init()
         .context("install the tracing subscriber")?;
+    if export && let Some(warning) = unsupported_protocol(env) {
+        tracing::warn!("{warning}");
+    }
     Ok(Telemetry { provider })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn spans_are_exported_when_an_endpoint_is_set_and_export_is_not_turned_off() {
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+        assert!(!export_configured(vars(&[])));
+        assert!(!export_configured(vars(&[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            " "
+        )])));
+        assert!(export_configured(vars(&[endpoint])));
+        assert!(export_configured(vars(&[(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "http://c:4318/v1/traces"
+        )])));
+        assert!(!export_configured(vars(&[
+            endpoint,
+            ("OTEL_SDK_DISABLED", "TRUE")
+        ])));
+        assert!(export_configured(vars(&[
+            endpoint,
+            ("OTEL_SDK_DISABLED", "false")
+        ])));
+        assert!(!export_configured(vars(&[
+            endpoint,
+            ("OTEL_TRACES_EXPORTER", "none")
+        ])));
+    }
+
+    #[test]
+    fn a_protocol_other_than_http_protobuf_is_named_with_the_fix() {
+        assert_eq!(unsupported_protocol(vars(&[])), None);
+        let http = ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf");
+        assert_eq!(unsupported_protocol(vars(&[http])), None);
+        let warning =
+            unsupported_protocol(vars(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])).unwrap();
+        assert!(
+            warning.contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc"),
+            "{warning}"
+        );
+        assert!(
+            warning.contains("http/protobuf") && warning.contains("4318"),
+            "{warning}"
+        );
+        // The traces-specific variable wins.
+        let traces = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json");
+        let warning = unsupported_protocol(vars(&[traces, http])).unwrap();
+        assert!(
+            warning.starts_with("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/json"),
+            "{warning}"
+        );
+    }
 }

@@ -83,12 +83,13 @@ fn redis(i: &Isolation) -> RedisConfig {
     c
 }
 
-/// Starts `verdict <role> --config <file>` and waits for its first stdout line (it prints one when
-/// it is up), returning the process and that line.
-fn spawn(role: &str, config: &Path) -> (Proc, String) {
+/// Starts `verdict <role> --config <file>` with the extra environment `env` and waits for its first
+/// stdout line (it prints one when it is up), returning the process and that line.
+fn spawn(role: &str, config: &Path, env: &[(&str, String)]) -> (Proc, String) {
     let child = Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args([role, "--config"])
         .arg(config)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("VERDICT_API_TOKEN", TOKEN)
         .env("VERDICT_LOG", "warn")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -113,6 +114,15 @@ fn spawn(role: &str, config: &Path) -> (Proc, String) {
 }
 
 async fn pool(script: impl FnOnce(&FakeProvider)) -> Pool {
+    pool_with(script, &[], &[]).await
+}
+
+/// [`pool`] with extra environment for the scheduler and for the workers.
+async fn pool_with(
+    script: impl FnOnce(&FakeProvider),
+    scheduler_env: &[(&str, String)],
+    worker_env: &[(&str, String)],
+) -> Pool {
     let dir = tempfile::tempdir().unwrap();
     let repo = scenario::sample_repo(&dir.path().join("repo")).unwrap();
     let fake = FakeProvider::start().await;
@@ -124,10 +134,10 @@ async fn pool(script: impl FnOnce(&FakeProvider)) -> Pool {
         scenario::config_toml(&fake.base_url(), &isolation, &dir.path().join("cache")),
     )
     .unwrap();
-    let (scheduler, line) = spawn("scheduler", &config);
+    let (scheduler, line) = spawn("scheduler", &config, scheduler_env);
     let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    let (w1, l1) = spawn("worker", &config);
-    let (w2, l2) = spawn("worker", &config);
+    let (w1, l1) = spawn("worker", &config, worker_env);
+    let (w2, l2) = spawn("worker", &config, worker_env);
     let metrics_addr = |line: &str| line.trim().rsplit("http://").next().unwrap().to_owned();
     let client = ApiClient::new(&url, Some(TOKEN.to_owned())).unwrap();
     Pool {
@@ -457,4 +467,406 @@ async fn the_same_stage_delivered_twice_calls_the_provider_once() {
         "the provider is called once"
     );
     broker.close().await;
+}
+
+// ---- Traces across the queue (SPEC O2) ----
+
+/// A free loopback port (bound, then released for a process to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A real OpenTelemetry collector — rotel, installed by `ops/bin/otel-collector` — printing every
+/// span it receives; what it printed is kept for the test to read.
+struct Collector {
+    /// The OTLP/HTTP endpoint, for `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    endpoint: String,
+    printed: std::sync::Arc<std::sync::Mutex<String>>,
+    _process: Proc,
+}
+
+impl Collector {
+    async fn start() -> Collector {
+        let installer = concat!(env!("CARGO_MANIFEST_DIR"), "/ops/bin/otel-collector");
+        let out = Command::new(installer).arg("path").output().unwrap();
+        assert!(
+            out.status.success(),
+            "ops/bin/otel-collector path failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let agent = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        let (grpc, http) = (free_port(), free_port());
+        let mut child = Command::new(agent)
+            .args(["start", "--otlp-grpc-endpoint"])
+            .arg(format!("127.0.0.1:{grpc}"))
+            .arg("--otlp-http-endpoint")
+            .arg(format!("127.0.0.1:{http}"))
+            .args(["--exporter", "blackhole", "--debug-log", "traces"])
+            .args(["--debug-log-verbosity", "detailed"])
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let streams: [Box<dyn std::io::Read + Send>; 2] = [
+            Box::new(child.stdout.take().unwrap()),
+            Box::new(child.stderr.take().unwrap()),
+        ];
+        for stream in streams {
+            let printed = printed.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let mut p = printed.lock().unwrap();
+                    p.push_str(&strip_ansi(&line));
+                    p.push('\n');
+                }
+            });
+        }
+        let process = Proc(child);
+        let address = format!("127.0.0.1:{http}");
+        let up = async {
+            while tokio::net::TcpStream::connect(&address).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), up)
+            .await
+            .expect("the collector listens within 30 s");
+        Collector {
+            endpoint: format!("http://{address}"),
+            printed,
+            _process: process,
+        }
+    }
+
+    /// The spans of trace `trace_id` the collector has printed, once `enough` holds of them
+    /// (within 30 s; the collector's whole output is in the panic otherwise).
+    async fn trace(&self, trace_id: &str, enough: impl Fn(&[Span]) -> bool) -> Vec<Span> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let printed = self.printed.lock().unwrap().clone();
+            let spans: Vec<Span> = parse_spans(&printed)
+                .into_iter()
+                .filter(|s| s.trace_id == trace_id)
+                .collect();
+            if enough(&spans) {
+                return spans;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "trace {trace_id} incomplete after 30 s; the collector printed:\n{printed}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC '[' parameters, ended by a letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One span as the collector printed it.
+#[derive(Debug, Clone, Default)]
+struct Span {
+    service: String,
+    trace_id: String,
+    parent_id: String,
+    id: String,
+    name: String,
+    start: String,
+    attributes: std::collections::BTreeMap<String, String>,
+    /// The lines the collector printed for it.
+    printed: String,
+}
+
+/// The spans in the collector's detailed debug log: a resource's `service.name`, then per span its
+/// `Trace ID`, `Parent ID`, `ID` and `Name` lines and its `-> key: Type(value)` attributes.
+fn parse_spans(printed: &str) -> Vec<Span> {
+    let mut spans: Vec<Span> = Vec::new();
+    let mut service = String::new();
+    let mut in_span = false;
+    for line in printed.lines() {
+        let line = line.trim();
+        let header = ["ResourceSpans #", "ScopeSpans #", "Span #"]
+            .iter()
+            .any(|h| line.starts_with(h));
+        if in_span
+            && !header
+            && let Some(span) = spans.last_mut()
+        {
+            span.printed.push_str(line);
+            span.printed.push('\n');
+        }
+        if line.starts_with("ResourceSpans #") || line.starts_with("ScopeSpans #") {
+            in_span = false;
+            continue;
+        }
+        if line.starts_with("Span #") {
+            spans.push(Span {
+                service: service.clone(),
+                ..Span::default()
+            });
+            in_span = true;
+            continue;
+        }
+        if let Some(attribute) = line.strip_prefix("-> ") {
+            let Some((key, value)) = attribute.split_once(": ") else {
+                continue;
+            };
+            // `Str(verdict-worker)` → `verdict-worker`.
+            let value = value
+                .split_once('(')
+                .and_then(|(_, v)| v.strip_suffix(')'))
+                .unwrap_or(value)
+                .to_owned();
+            match spans.last_mut() {
+                Some(span) if in_span => {
+                    span.attributes.insert(key.to_owned(), value);
+                }
+                _ if key == "service.name" => service = value,
+                _ => {}
+            }
+            continue;
+        }
+        let (Some(span), Some((key, value))) = (spans.last_mut(), line.split_once(':')) else {
+            continue;
+        };
+        if !in_span {
+            continue;
+        }
+        let value = value.trim().to_owned();
+        match key.trim() {
+            "Trace ID" => span.trace_id = value,
+            "Parent ID" => span.parent_id = value,
+            "ID" => span.id = value,
+            "Name" => span.name = value,
+            "Start time" => span.start = value,
+            _ => {}
+        }
+    }
+    spans
+}
+
+/// The trace as an indented tree, each span with its process, for the eye.
+fn tree(spans: &[Span]) -> String {
+    fn walk(spans: &[Span], parent: &str, depth: usize, out: &mut String) {
+        let mut children: Vec<&Span> = spans.iter().filter(|s| s.parent_id == parent).collect();
+        children.sort_by(|a, b| a.start.cmp(&b.start));
+        for span in children {
+            let stage = span
+                .attributes
+                .get("stage")
+                .map(|s| format!(" stage={s}"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "{}{} [{}]{stage}\n",
+                "  ".repeat(depth),
+                span.name,
+                span.service
+            ));
+            walk(spans, &span.id, depth + 1, out);
+        }
+    }
+    let ids: std::collections::HashSet<&str> = spans.iter().map(|s| s.id.as_str()).collect();
+    let mut out = String::new();
+    // Roots: no parent, or a parent the collector never got.
+    let mut roots: Vec<&str> = spans
+        .iter()
+        .filter(|s| !ids.contains(s.parent_id.as_str()))
+        .map(|s| s.parent_id.as_str())
+        .collect();
+    roots.dedup();
+    for root in roots {
+        walk(spans, root, 0, &mut out);
+    }
+    out
+}
+
+fn tracing_env(endpoint: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()),
+        // Export within a fraction of a second, so the test waits little.
+        ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+    ]
+}
+
+/// Issue 9: with the standard `OTEL_*` variables set, the real scheduler and worker processes
+/// export one trace per task — the scheduler's task span at its root, each worker's stage span its
+/// child through the context carried by the stage message, the AI calls under the stage, and the
+/// scheduler applying each result under the worker span that sent it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tasks_spans_from_the_scheduler_and_the_workers_form_one_trace() {
+    let collector = Collector::start().await;
+    let env = tracing_env(&collector.endpoint);
+    // A summary repaired once and a reviewer reading a file: every kind of span appears.
+    let script = |fake: &FakeProvider| {
+        happy(fake);
+        let summary = Script::new([Behaviour::text(scenario::PROSE)]);
+        fake.script(
+            scenario::SUMMARY,
+            summary.then(Behaviour::text(scenario::SUMMARY_OK)),
+        );
+        let read = Behaviour::tool_call("read", serde_json::json!({"path": "src/cart.py"}));
+        let reviewer = Script::new([read]).then(Behaviour::text(scenario::REVIEWER_OK));
+        fake.script(scenario::REVIEWER, reviewer);
+    };
+    let pool = pool_with(script, &env, &env).await;
+    let doc = review(&pool, "multi").await;
+    assert_eq!(doc.state, TaskState::Completed, "{doc:?}");
+    let trace_id = doc.trace_id.clone().expect("the document names its trace");
+    let stages = doc.stages.len();
+    let spans = collector
+        .trace(&trace_id, |spans| {
+            let count = |name: &str| spans.iter().filter(|s| s.name == name).count();
+            count("task") == 1
+                && count("apply_result") >= stages
+                && count("stage") >= stages
+                && count("repair_round") >= 1
+                && count("tool_call") >= 1
+        })
+        .await;
+    println!(
+        "trace {trace_id} as the collector printed it:\n{}",
+        tree(&spans)
+    );
+    for name in ["task", "consume_stage"] {
+        if let Some(span) = spans.iter().find(|s| s.name == name) {
+            println!("[{}]\n{}", span.service, span.printed);
+        }
+    }
+
+    let by_id = |id: &str| spans.iter().find(|s| s.id == id);
+    let named = |name: &'static str| spans.iter().filter(move |s| s.name == name);
+    let task = named("task").next().unwrap();
+    assert_eq!(task.service, "verdict-scheduler");
+    assert!(
+        by_id(&task.parent_id).is_none() && task.parent_id.trim_matches('0').is_empty(),
+        "the task span is the root: {task:?}"
+    );
+    assert_eq!(
+        task.attributes.get("state").map(String::as_str),
+        Some("completed")
+    );
+    for name in ["admit", "intake"] {
+        let span = named(name)
+            .next()
+            .unwrap_or_else(|| panic!("no {name} span"));
+        assert_eq!(
+            (span.service.as_str(), span.parent_id.as_str()),
+            ("verdict-scheduler", task.id.as_str())
+        );
+    }
+    let consumed: Vec<&Span> = named("consume_stage").collect();
+    assert!(consumed.len() >= stages, "{consumed:?}");
+    for span in &consumed {
+        assert_eq!(span.service, "verdict-worker");
+        assert_eq!(
+            span.parent_id, task.id,
+            "a worker's span is the task span's child: {span:?}"
+        );
+    }
+    for stage in named("stage") {
+        let parent = by_id(&stage.parent_id).unwrap();
+        assert_eq!(
+            (stage.service.as_str(), parent.name.as_str()),
+            ("verdict-worker", "consume_stage")
+        );
+    }
+    let calls: Vec<&Span> = named("ai_call").collect();
+    assert!(calls.len() >= stages, "an AI call per stage: {calls:?}");
+    for call in calls {
+        let mut up = by_id(&call.parent_id);
+        while let Some(span) = up.filter(|s| s.name != "stage") {
+            up = by_id(&span.parent_id);
+        }
+        assert!(up.is_some(), "an AI call hangs under its stage: {call:?}");
+    }
+    for (name, under) in [("repair_round", "stage"), ("tool_call", "stage")] {
+        let span = named(name).next().unwrap();
+        let parent = by_id(&span.parent_id).unwrap();
+        assert_eq!(
+            (span.service.as_str(), parent.name.as_str()),
+            ("verdict-worker", under),
+            "{span:?}"
+        );
+    }
+    for applied in named("apply_result") {
+        let parent = by_id(&applied.parent_id).unwrap();
+        assert_eq!(
+            (applied.service.as_str(), parent.name.as_str()),
+            ("verdict-scheduler", "consume_stage")
+        );
+    }
+}
+
+/// Asks the process to stop (SIGTERM) and waits, within `within`, for it to exit; its status.
+async fn terminate(proc: &mut Proc, within: Duration) -> std::process::ExitStatus {
+    let pid = proc.0.id().to_string();
+    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(sent.success());
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(status) = proc.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pid {pid} still running {} s after SIGTERM",
+            within.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 9: a collector that is down (nothing listening) or hung (accepts, never answers) costs
+/// spans, never work: the review completes and every process stops promptly when asked, its
+/// exit flush bounded (telemetry's `FLUSH_AT_EXIT`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_or_hung_neither_stops_a_review_nor_holds_up_a_shutdown() {
+    // Hung: accepts every connection and holds it without a byte in answer.
+    let hung = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hung_endpoint = format!("http://{}", hung.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = hung.accept().await {
+            open.push(socket);
+        }
+    });
+    let down_endpoint = format!("http://127.0.0.1:{}", free_port());
+    let mut pool = pool_with(
+        happy,
+        &tracing_env(&hung_endpoint),
+        &tracing_env(&down_endpoint),
+    )
+    .await;
+    let doc = review(&pool, "multi").await;
+    assert_eq!(doc.state, TaskState::Completed, "{doc:?}");
+    // Exports are now pending on the hung connection and failing against the down one.
+    for mut proc in std::mem::take(&mut pool._processes) {
+        let status = terminate(&mut proc, Duration::from_secs(15)).await;
+        assert!(
+            status.success(),
+            "a clean exit despite the collector: {status}"
+        );
+    }
+    held.abort();
 }

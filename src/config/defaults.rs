@@ -35,6 +35,8 @@ pub const KNOWN_ENV_VARS: &[&str] = &[
     "VERDICT_BLESS",
     "VERDICT_BENCH_RATIOS_ONLY",
     "VERDICT_LOG",
+    "VERDICT_TRACE",
+    "VERDICT_TOOLS",
 ];
 
 pub(super) const REVIEW_TIMEOUT_SECONDS: i64 = 600;

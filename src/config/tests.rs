@@ -674,6 +674,7 @@ fn environment_overrides_each_type() {
             ("VERDICT_STAGES__REVIEWER__MODEL", "strong"),
             // not configuration keys, but verdict's: ignored
             ("VERDICT_LOG", "debug"),
+            ("VERDICT_TRACE", "verdict_worker=debug"),
             ("VERDICT_API_TOKEN", "t0ken"),
             // not verdict's at all
             ("PATH", "/bin"),

@@ -84,15 +84,11 @@ impl Service {
         }
         task.created_unix_ms = self.now();
         task.intake_started_unix_ms = Some(task.created_unix_ms);
-        // The root of the task's trace: every later span of the task, in any process, is its
-        // child through the context kept on the record.
-        let span = tracing::info_span!(
-            "task",
-            task_id = %task.id,
-            kind = metrics::task_kind_label(task.pipeline),
-            pipeline = task.pipeline.as_str(),
-        );
-        task.trace = verdict_backends::trace::context_of(&span);
+        // The root of the task's trace, recorded when the task ends: every span of the task, in
+        // any process, is its child through the context kept on the record.
+        task.trace = verdict_backends::trace::open_task();
+        let span = tracing::info_span!("admit", task_id = %task.id);
+        verdict_backends::trace::set_parent(&span, &task.trace);
         match self.records.create(&task).instrument(span).await {
             Ok(()) => {}
             // Random ids do not collide: the id came from an idempotency key already used, and

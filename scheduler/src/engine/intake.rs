@@ -23,6 +23,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 use verdict_backends::clock::Clock;
 use verdict_backends::publish::{PublishError, Publisher};
 use verdict_backends::repo::{RepoError, RepositorySource};
@@ -279,6 +280,13 @@ impl Intake {
         if task.state != TaskState::Queued {
             return;
         }
+        let span = tracing::info_span!("intake", task_id = %id);
+        verdict_backends::trace::set_parent(&span, &task.trace);
+        self.start_queued(id, &task).instrument(span).await;
+    }
+
+    /// [`Intake::start`] of a task loaded queued.
+    async fn start_queued(&self, id: &str, task: &TaskRecord) {
         let now = self.clock.now_unix_ms();
         let stamp = task.intake_started_unix_ms.unwrap_or(now);
         let left = stamp.saturating_add(self.timeout_ms()).saturating_sub(now);

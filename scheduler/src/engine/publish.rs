@@ -29,6 +29,7 @@ use prometheus::IntCounterVec;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 use verdict_backends::clock::Clock;
 use verdict_backends::publish::{PublishError, Publisher};
 use verdict_backends::store::InputStore;
@@ -157,6 +158,9 @@ impl Publication {
             }
         };
         let kind = metrics::task_kind_label(task.pipeline);
+        let span =
+            tracing::info_span!("publish_result", task_id = %id, outcome = tracing::field::Empty);
+        verdict_backends::trace::set_parent(&span, &task.trace);
         // An attempt ends well inside its lease, so no other replica starts while it runs; a
         // process shutting down gives its claim back for another replica to take at once.
         let attempt = tokio::select! {
@@ -166,7 +170,7 @@ impl Publication {
                 self.release(id).await;
                 return;
             }
-            attempt = tokio::time::timeout(ATTEMPT_TIMEOUT, self.attempt(&task)) => match attempt {
+            attempt = tokio::time::timeout(ATTEMPT_TIMEOUT, self.attempt(&task).instrument(span.clone())) => match attempt {
                 Ok(attempt) => attempt,
                 Err(_) => Err(PublishError::Unavailable {
                     reason: format!(
@@ -176,6 +180,7 @@ impl Publication {
                 }),
             },
         };
+        span.record("outcome", if attempt.is_ok() { "settled" } else { "error" });
         let now = self.clock.now_unix_ms();
         let (state, url, detail, retry_at) = match attempt {
             Ok(Settled::Posted { url, detail }) => {

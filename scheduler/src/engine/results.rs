@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::IntCounterVec;
+use tracing::Instrument as _;
 use verdict_backends::broker::{Broker, Delivery};
 use verdict_backends::clock::Clock;
 use verdict_proto::wire::{self, StageResult};
@@ -59,9 +60,18 @@ impl Results {
                 }
             };
         let now = self.clock.now_unix_ms();
+        // A child of the worker's span that published the result, in the task's trace.
+        let span = tracing::info_span!(
+            "apply_result",
+            task_id = %result.task_id,
+            stage_id = %result.stage_id,
+            outcome = result.outcome.label(),
+        );
+        verdict_backends::trace::set_parent(&span, &delivery.message.headers);
         match self
             .transitions
             .apply(&result.task_id, |t| pipeline::on_result(t, &result, now))
+            .instrument(span)
             .await
         {
             Ok(_) => {

@@ -90,6 +90,19 @@ impl Transitions {
                 .with_label_values(&[metrics::task_kind_label(task.pipeline), task.state.as_str()])
                 .inc();
             tracing::info!(task = %task.id, state = task.state.as_str(), "task finished");
+            let admitted =
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(task.created_unix_ms);
+            verdict_backends::trace::close_task(
+                &task.trace,
+                "task",
+                admitted,
+                &[
+                    ("task_id", &task.id),
+                    ("kind", metrics::task_kind_label(task.pipeline)),
+                    ("pipeline", task.pipeline.as_str()),
+                    ("state", task.state.as_str()),
+                ],
+            );
             if task.publication.is_some() {
                 // It stays on the active index until its publication settles (the sweeper
                 // retries what this replica does not finish).
