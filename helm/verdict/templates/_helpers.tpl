@@ -197,9 +197,12 @@ matching github.*_env key; and a variable the configuration names must be filled
 {{ include "verdict.secretEnv" (dict "env" $provider.api_key_env "ref" $ref) }}
 {{- end }}
 {{- end }}
+{{- $given := list }}
+{{- range $.Values.env }}{{ $given = append $given .name }}{{ end }}
 {{- range $name, $provider := $providers }}
-{{- if and $provider.api_key_env (not (get ($.Values.secrets.providers | default dict) $name)) }}
-{{- fail (printf "config.providers.%s.api_key_env is %s, but secrets.providers.%s names no Secret for it" $name $provider.api_key_env $name) }}
+{{- $ref := get ($.Values.secrets.providers | default dict) $name | default dict }}
+{{- if and $provider.api_key_env (not $ref.name) (not (has $provider.api_key_env $given)) }}
+{{- fail (printf "config.providers.%s.api_key_env is %s, but secrets.providers.%s names no Secret for it (nor does env: set it)" $name $provider.api_key_env $name) }}
 {{- end }}
 {{- end }}
 {{- $github := $config.github | default dict -}}
@@ -209,7 +212,7 @@ matching github.*_env key; and a variable the configuration names must be filled
 {{- if and $ref.name (not $var) }}
 {{- fail (printf "secrets.github.%s is set, but config.github.%s names no variable to put it in" $secret $configKey) }}
 {{- end }}
-{{- if and $var (not $ref.name) }}
+{{- if and $var (not $ref.name) (not (has $var $given)) }}
 {{- fail (printf "config.github.%s is %s, but secrets.github.%s names no Secret for it" $configKey $var $secret) }}
 {{- end }}
 {{- if $ref.name }}
