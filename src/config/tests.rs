@@ -1416,7 +1416,10 @@ fn chart_schema_drift(
             if path.is_empty() { "config" } else { path }
         ));
     }
-    let properties = schema["properties"].as_object().cloned().unwrap_or_default();
+    let properties = schema["properties"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
     for name in properties.keys() {
         if !fields.iter().any(|f| f.name == name) {
             drift.push(format!("{}: not a configuration key", at(name)));
@@ -1431,7 +1434,9 @@ fn chart_schema_drift(
             continue;
         };
         if CHART_OWNED_KEYS.contains(&key.as_str()) {
-            drift.push(format!("{key}: set by the chart, so the schema must refuse it"));
+            drift.push(format!(
+                "{key}: set by the chart, so the schema must refuse it"
+            ));
         }
         let expected = match field.kind {
             Kind::Str => "string",
@@ -1453,7 +1458,8 @@ fn chart_schema_drift(
             }
             Kind::Table(inner) => chart_schema_drift(inner, property, &key, drift),
             Kind::Named(inner, _) => {
-                chart_schema_drift(inner, &property["additionalProperties"], &key, drift);
+                let entry = format!("{key}.<name>");
+                chart_schema_drift(inner, &property["additionalProperties"], &entry, drift);
             }
             _ => {}
         }
@@ -1467,9 +1473,13 @@ fn chart_schema_drift(
 fn the_charts_values_schema_mirrors_every_configuration_key() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("helm/verdict/values.schema.json");
     let text = std::fs::read_to_string(&path).expect("read the chart's values.schema.json");
-    let schema: serde_json::Value = serde_json::from_str(&text).expect("values.schema.json is JSON");
+    let schema: serde_json::Value =
+        serde_json::from_str(&text).expect("values.schema.json is JSON");
     let config = &schema["properties"]["config"];
-    assert!(config.is_object(), "values.schema.json has no properties.config");
+    assert!(
+        config.is_object(),
+        "values.schema.json has no properties.config"
+    );
     let mut drift = Vec::new();
     chart_schema_drift(raw::ROOT, config, "", &mut drift);
     assert!(
