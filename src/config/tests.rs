@@ -1393,3 +1393,108 @@ fn rate_limit_errors_name_the_key_and_the_fix() {
         c.warnings[0]
     );
 }
+
+/// The keys the Helm chart sets itself (from its ports and volumes) and so refuses in `config:`.
+const CHART_OWNED_KEYS: &[&str] = &["api.listen", "worker.metrics_listen", "worker.cache_dir"];
+
+/// Every difference between a table of the configuration and the chart's schema of it.
+fn chart_schema_drift(
+    fields: &'static [Field],
+    schema: &serde_json::Value,
+    path: &str,
+    drift: &mut Vec<String>,
+) {
+    let at = |name: &str| {
+        if path.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{path}.{name}")
+        }
+    };
+    if schema["additionalProperties"] != serde_json::Value::Bool(false) {
+        drift.push(format!(
+            "{}: additionalProperties must be false",
+            if path.is_empty() { "config" } else { path }
+        ));
+    }
+    let properties = schema["properties"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    for name in properties.keys() {
+        if !fields.iter().any(|f| f.name == name) {
+            drift.push(format!("{}: not a configuration key", at(name)));
+        }
+    }
+    for field in fields {
+        let key = at(field.name);
+        let Some(property) = properties.get(field.name) else {
+            if !CHART_OWNED_KEYS.contains(&key.as_str()) {
+                drift.push(format!("{key}: missing from the chart's schema"));
+            }
+            continue;
+        };
+        if CHART_OWNED_KEYS.contains(&key.as_str()) {
+            drift.push(format!(
+                "{key}: set by the chart, so the schema must refuse it"
+            ));
+        }
+        let expected = match field.kind {
+            Kind::Str => "string",
+            Kind::Int => "integer",
+            Kind::Float => "number",
+            Kind::Bool => "boolean",
+            Kind::List => "array",
+            Kind::Table(_) | Kind::Named(..) => "object",
+        };
+        if property["type"] != expected {
+            drift.push(format!(
+                "{key}: type {} in the schema, {expected} in the configuration",
+                property["type"]
+            ));
+        }
+        match field.kind {
+            Kind::List if property["items"]["type"] != "string" => {
+                drift.push(format!("{key}: items must be strings"));
+            }
+            Kind::Table(inner) => chart_schema_drift(inner, property, &key, drift),
+            Kind::Named(inner, _) => {
+                let entry = format!("{key}.<name>");
+                chart_schema_drift(inner, &property["additionalProperties"], &entry, drift);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The chart renders `config:` into the ConfigMap key for key, so its values schema must accept
+/// exactly the configuration's keys, with their types: a key added to `raw.rs` and not to
+/// `helm/verdict/values.schema.json` (or the other way round) fails here.
+#[test]
+fn the_charts_values_schema_mirrors_every_configuration_key() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("helm/verdict/values.schema.json");
+    let text = std::fs::read_to_string(&path).expect("read the chart's values.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&text).expect("values.schema.json is JSON");
+    let config = &schema["properties"]["config"];
+    assert!(
+        config.is_object(),
+        "values.schema.json has no properties.config"
+    );
+    let mut drift = Vec::new();
+    chart_schema_drift(raw::ROOT, config, "", &mut drift);
+    assert!(
+        drift.is_empty(),
+        "helm/verdict/values.schema.json and src/config/raw.rs disagree:\n{}",
+        drift.join("\n")
+    );
+    // The stage names the schema allows are verdict's stage names.
+    let stages: Vec<&str> = config["properties"]["stages"]["propertyNames"]["enum"]
+        .as_array()
+        .expect("config.stages.propertyNames.enum")
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .collect();
+    let expected: Vec<&str> = StageKind::ALL.iter().map(|s| s.as_str()).collect();
+    assert_eq!(stages, expected);
+}
