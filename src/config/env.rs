@@ -9,7 +9,7 @@
 //!
 //! A `VERDICT_*` variable that is no configuration key is an error, so a typo is never silently
 //! ignored, unless verdict reads it for something else ([`KNOWN_ENV_VARS`]) or the configuration
-//! itself names it as a key source (`api_key_env`, `api.token_env`).
+//! itself names it as a key source (`api_key_env`, `api.token_env`, `github.*_env`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -113,6 +113,11 @@ fn key_sources(tree: &Table) -> BTreeSet<String> {
     let str_at = |t: &Table, k: &str| t.get(k).and_then(Value::as_str).map(str::to_owned);
     if let Some(api) = tree.get("api").and_then(Value::as_table) {
         names.extend(str_at(api, "token_env"));
+    }
+    if let Some(github) = tree.get("github").and_then(Value::as_table) {
+        for key in ["token_env", "app_private_key_env", "webhook_secret_env"] {
+            names.extend(str_at(github, key));
+        }
     }
     if let Some(providers) = tree.get("providers").and_then(Value::as_table) {
         for provider in providers.values().filter_map(Value::as_table) {

@@ -860,6 +860,14 @@ fn unknown_environment_variables_are_rejected() {
         ],
     );
     assert_eq!(c.api.token.as_ref().unwrap().expose(), "tok");
+    // So are the GitHub credentials' variables (a chart may name them VERDICT_*).
+    let text = format!(
+        "[github]\ntoken_env = \"VERDICT_GH_TOKEN\"\nwebhook_secret_env = \"VERDICT_GH_HOOK\"\n{BASE}"
+    );
+    ok(
+        &text,
+        &[("VERDICT_GH_TOKEN", "ghp_x"), ("VERDICT_GH_HOOK", "hook")],
+    );
     // Every known variable is ignored.
     let known: Vec<(&str, &str)> = super::KNOWN_ENV_VARS.iter().map(|v| (*v, "1")).collect();
     ok(BASE, &known);
