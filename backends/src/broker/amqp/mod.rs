@@ -236,12 +236,31 @@ impl AmqpBroker {
         for task in tasks {
             let _ = task.await;
         }
-        *self.shared.publisher.lock().await = None;
-        self.shared
+        let mut channels: Vec<lapin::Channel> = self
+            .shared
             .parked
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+            .drain(..)
+            .collect();
+        channels.extend(
+            self.shared
+                .publisher
+                .lock()
+                .await
+                .take()
+                .map(Publisher::into_channel),
+        );
+        // Each channel closed while the connection is still up: a channel merely dropped closes
+        // itself later in lapin's background, and that close, failing against the closing
+        // connection, was logged as a connection error at every shutdown.
+        let mut closes = tokio::task::JoinSet::new();
+        for channel in channels {
+            closes.spawn(async move {
+                let _ = channel.close(200, "verdict shutting down".into()).await;
+            });
+        }
+        let _ = tokio::time::timeout(GOODBYE_TIMEOUT, closes.join_all()).await;
         if let Some(link) = self.shared.link.send_replace(None) {
             let close = link.connection.close(200, "verdict shutting down".into());
             let _ = tokio::time::timeout(GOODBYE_TIMEOUT, close).await;

@@ -27,6 +27,13 @@ pub(super) struct Publisher {
     channel: Channel,
 }
 
+impl Publisher {
+    /// The channel, for closing it.
+    pub(super) fn into_channel(self) -> Channel {
+        self.channel
+    }
+}
+
 /// Where one message goes, and how to name it in errors.
 pub(super) struct Target<'a> {
     pub(super) exchange: &'a str,
