@@ -132,6 +132,8 @@ pub struct ExecutorSettings {
     pub preview_chars: usize,
     /// Requests and tokens per minute per provider and model, shared by the pool (SPEC Q3).
     pub rate_limits: RateLimits,
+    /// Token prices per provider, for `verdict_provider_cost_usd_total`.
+    pub prices: crate::metrics::Prices,
 }
 
 impl Default for ExecutorSettings {
@@ -142,6 +144,7 @@ impl Default for ExecutorSettings {
             fallback_models: HashMap::new(),
             preview_chars: 500,
             rate_limits: RateLimits::default(),
+            prices: crate::metrics::Prices::default(),
         }
     }
 }
@@ -195,8 +198,11 @@ impl StageExecutor {
         let stage = request.stage.as_str();
         let started_unix_ms = self.deps.clock.now_unix_ms();
         let timer = tokio::time::Instant::now();
-        metrics.stages_in_flight.inc();
-        let _in_flight = InFlight(metrics.stages_in_flight.clone());
+        let in_flight = metrics
+            .stages_in_flight
+            .with_label_values(&[crate::metrics::queue_label(request.priority)]);
+        in_flight.inc();
+        let _in_flight = InFlight(in_flight);
 
         let mut transcript = Transcript {
             task_id: request.task_id.clone(),
