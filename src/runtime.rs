@@ -154,7 +154,7 @@ impl Assembly {
                 publisher: b.publisher.clone(),
                 resolver: Arc::new(SystemResolver),
                 clock: b.clock.clone(),
-                metrics: SchedulerMetrics::register(&self.registry)?,
+                metrics: self.scheduler_metrics()?,
             },
             scheduler_settings(&self.config),
         ))
@@ -192,6 +192,20 @@ impl Assembly {
             b.slots.clone(),
             consumer_settings(&self.config, worker_id),
         ))
+    }
+
+    /// The scheduler's metrics, with the configured stages' models known in advance.
+    fn scheduler_metrics(&self) -> Result<SchedulerMetrics, prometheus::Error> {
+        let m = SchedulerMetrics::register(&self.registry)?;
+        let stage_models: Vec<(StageKind, String)> = self
+            .config
+            .known_labels()
+            .stage_models
+            .into_iter()
+            .map(|(stage, _, model)| (stage, model))
+            .collect();
+        m.initialise_models(&stage_models);
+        Ok(m)
     }
 
     fn worker_metrics(&self) -> Result<WorkerMetrics, prometheus::Error> {

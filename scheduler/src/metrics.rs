@@ -198,6 +198,15 @@ impl SchedulerMetrics {
         Ok(m)
     }
 
+    /// Creates `verdict_findings_merged_total` at 0 for each `(stage, model)` the configuration
+    /// names (the pipeline settings' stages and models).
+    pub fn initialise_models(&self, stage_models: &[(StageKind, String)]) {
+        for (stage, model) in stage_models {
+            self.findings_merged
+                .with_label_values(&[stage.as_str(), model.as_str()]);
+        }
+    }
+
     /// Every label set known in advance, at 0: task kinds and terminal states, stages and
     /// outcomes, queues, dead-letter and publication outcomes.
     fn initialise(&self) {

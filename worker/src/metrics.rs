@@ -33,6 +33,9 @@ const CALL_BUCKETS: &[f64] = &[
 pub const BUILD_INFO_HELP: &str =
     "Always 1: the version and source commit of this verdict process part (role).";
 
+/// The `model` label of a stage attempt that ended before any provider call.
+pub const NO_MODEL: &str = "none";
+
 /// The results of repair rounds (`verdict_protocol_repair_rounds_total{result}`).
 pub const REPAIR_RESULTS: [&str; 4] = ["repaired", "invalid", "ungrounded", "execution_failure"];
 /// What grounding concluded of a finding (`verdict_findings_grounded_total{outcome}`).
@@ -108,8 +111,9 @@ pub struct KnownLabels {
 pub struct WorkerMetrics {
     /// `verdict_stage_duration_seconds{stage, outcome}`
     pub stage_duration: HistogramVec,
-    /// `verdict_stage_outcomes_total{stage, outcome, kind}`; kind is `none` unless the outcome
-    /// is an execution failure.
+    /// `verdict_stage_outcomes_total{stage, model, outcome, kind}`; kind is `none` unless the
+    /// outcome is an execution failure; model is the one that answered last ([`NO_MODEL`] when
+    /// the attempt ended before any call).
     pub stage_outcomes: IntCounterVec,
     /// `verdict_stages_in_flight{queue}`: stage attempts executing, by the queue they came from.
     pub stages_in_flight: IntGaugeVec,
@@ -121,7 +125,7 @@ pub struct WorkerMetrics {
     pub prefetch_limit: IntGaugeVec,
     /// `verdict_build_info{version, role="worker", commit}` = 1.
     pub build_info: IntGauge,
-    /// `verdict_protocol_repair_rounds_total{protocol, result}`; result is `repaired`,
+    /// `verdict_protocol_repair_rounds_total{protocol, model, result}`; result is `repaired`,
     /// `invalid`, `ungrounded` (the answer follows the contract but some findings still point at
     /// nothing) or `execution_failure`.
     pub repair_rounds: IntCounterVec,
@@ -186,9 +190,9 @@ impl WorkerMetrics {
             stage_outcomes: IntCounterVec::new(
                 Opts::new(
                     "verdict_stage_outcomes_total",
-                    "Stage attempts by stage, outcome (ok, invalid_output, execution_failure) and failure kind.",
+                    "Stage attempts by stage, the model that answered (none: no call made), outcome (ok, invalid_output, execution_failure) and failure kind.",
                 ),
-                &["stage", "outcome", "kind"],
+                &["stage", "model", "outcome", "kind"],
             )?,
             stages_in_flight: IntGaugeVec::new(
                 Opts::new(
@@ -223,9 +227,9 @@ impl WorkerMetrics {
             repair_rounds: IntCounterVec::new(
                 Opts::new(
                     "verdict_protocol_repair_rounds_total",
-                    "Protocol repair rounds by protocol and result (repaired, invalid, ungrounded, execution_failure).",
+                    "Protocol repair rounds by protocol, model and result (repaired, invalid, ungrounded, execution_failure).",
                 ),
-                &["protocol", "result"],
+                &["protocol", "model", "result"],
             )?,
             repair_consistency_warnings: IntCounterVec::new(
                 Opts::new(
@@ -371,20 +375,17 @@ impl WorkerMetrics {
             for outcome in ["ok", "invalid_output", "execution_failure"] {
                 self.stage_duration.with_label_values(&[stage, outcome]);
             }
-            self.stage_outcomes
-                .with_label_values(&[stage, "ok", "none"]);
-            self.stage_outcomes
-                .with_label_values(&[stage, "invalid_output", "none"]);
             for kind in kinds {
-                self.stage_outcomes
-                    .with_label_values(&[stage, "execution_failure", kind]);
+                self.stage_outcomes.with_label_values(&[
+                    stage,
+                    NO_MODEL,
+                    "execution_failure",
+                    kind,
+                ]);
             }
             self.deadline_finalisations.with_label_values(&[stage]);
         }
         for protocol in ProtocolId::ALL.map(ProtocolId::as_str) {
-            for result in REPAIR_RESULTS {
-                self.repair_rounds.with_label_values(&[protocol, result]);
-            }
             self.repair_consistency_warnings
                 .with_label_values(&[protocol]);
         }
@@ -404,6 +405,20 @@ impl WorkerMetrics {
         }
         for (stage, provider, model) in &known.stage_models {
             let (stage, provider, model) = (stage.as_str(), provider.as_str(), model.as_str());
+            self.stage_outcomes
+                .with_label_values(&[stage, model, "ok", "none"]);
+            self.stage_outcomes
+                .with_label_values(&[stage, model, "invalid_output", "none"]);
+            for kind in kinds {
+                self.stage_outcomes
+                    .with_label_values(&[stage, model, "execution_failure", kind]);
+            }
+            for protocol in ProtocolId::ALL.map(ProtocolId::as_str) {
+                for result in REPAIR_RESULTS {
+                    self.repair_rounds
+                        .with_label_values(&[protocol, model, result]);
+                }
+            }
             for outcome in GROUNDING_OUTCOMES {
                 self.findings_grounded
                     .with_label_values(&[stage, model, outcome]);
@@ -455,7 +470,7 @@ mod tests {
         let registry = Registry::new();
         let m = WorkerMetrics::register(&registry).unwrap();
         m.stage_outcomes
-            .with_label_values(&["review", "ok", "none"])
+            .with_label_values(&["review", "big", "ok", "none"])
             .inc();
         m.stage_duration
             .with_label_values(&["review", "ok"])
@@ -463,7 +478,7 @@ mod tests {
         let text = render(&registry);
         assert!(
             text.contains(
-                "verdict_stage_outcomes_total{kind=\"none\",outcome=\"ok\",stage=\"review\"} 1"
+                "verdict_stage_outcomes_total{kind=\"none\",model=\"big\",outcome=\"ok\",stage=\"review\"} 1"
             ),
             "{text}"
         );
@@ -496,7 +511,9 @@ mod tests {
         m.initialise(&known, &prices);
         let text = render(&registry);
         for series in [
-            r#"verdict_stage_outcomes_total{kind="timeout",outcome="execution_failure",stage="triage"} 0"#,
+            r#"verdict_stage_outcomes_total{kind="timeout",model="none",outcome="execution_failure",stage="triage"} 0"#,
+            r#"verdict_stage_outcomes_total{kind="none",model="big",outcome="invalid_output",stage="reviewer"} 0"#,
+            r#"verdict_protocol_repair_rounds_total{model="big",protocol="reviewer",result="invalid"} 0"#,
             r#"verdict_provider_requests_total{model="big",provider="main",status="rate_limited"} 0"#,
             r#"verdict_provider_cost_usd_total{model="big",provider="main"} 0"#,
             r#"verdict_worker_prefetch_limit{queue="bulk"} 0"#,

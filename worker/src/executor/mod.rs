@@ -158,6 +158,9 @@ pub struct Execution {
     pub requeue_after: Option<Duration>,
 }
 
+/// The `model` label of an attempt that ended before any provider call.
+const NO_MODEL: &str = crate::metrics::NO_MODEL;
+
 /// Executes stage requests.
 #[derive(Debug, Clone)]
 pub struct StageExecutor {
@@ -233,7 +236,7 @@ impl StageExecutor {
             .observe(timer.elapsed().as_secs_f64());
         metrics
             .stage_outcomes
-            .with_label_values(&[stage, label, kind])
+            .with_label_values(&[stage, model.as_deref().unwrap_or(NO_MODEL), label, kind])
             .inc();
         match &outcome {
             StageOutcome::ExecutionFailure { kind, message, .. } => {
