@@ -331,6 +331,8 @@ fn every_alert_has_its_runbook_entry_and_every_expression_names_its_metrics() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_metrics_match_the_documentation_the_dashboard_and_the_alerts() {
+    // reqwest is built without a default crypto provider (the scrapes use it directly).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
     let repo = scenario::sample_repo(&dir.path().join("repo")).unwrap();
     let fake = FakeProvider::start().await;
