@@ -154,7 +154,7 @@ impl Assembly {
                 publisher: b.publisher.clone(),
                 resolver: Arc::new(SystemResolver),
                 clock: b.clock.clone(),
-                metrics: SchedulerMetrics::register(&self.registry)?,
+                metrics: self.scheduler_metrics()?,
             },
             scheduler_settings(&self.config),
         ))
@@ -194,6 +194,20 @@ impl Assembly {
         ))
     }
 
+    /// The scheduler's metrics, with the configured stages' models known in advance.
+    fn scheduler_metrics(&self) -> Result<SchedulerMetrics, prometheus::Error> {
+        let m = SchedulerMetrics::register(&self.registry)?;
+        let stage_models: Vec<(StageKind, String)> = self
+            .config
+            .known_labels()
+            .stage_models
+            .into_iter()
+            .map(|(stage, _, model)| (stage, model))
+            .collect();
+        m.initialise_models(&stage_models);
+        Ok(m)
+    }
+
     fn worker_metrics(&self) -> Result<WorkerMetrics, prometheus::Error> {
         let mut slot = self
             .worker_metrics
@@ -203,6 +217,7 @@ impl Assembly {
             return Ok(m.clone());
         }
         let m = WorkerMetrics::register(&self.registry)?;
+        m.initialise(&self.config.known_labels(), &self.config.prices);
         *slot = Some(m.clone());
         Ok(m)
     }
@@ -243,6 +258,7 @@ fn scheduler_settings(config: &Config) -> SchedulerSettings {
         language: config.language,
         message_max_bytes: config.broker.message_max_bytes,
         sweep_interval: config.scheduler.sweep_interval,
+        queue_stats_interval: config.scheduler.queue_stats_interval,
         stall_after: config.scheduler.stall_after,
         recover_after: config.scheduler.recover_after,
         intake_concurrency: config.scheduler.intake_concurrency,
@@ -439,6 +455,25 @@ mod tests {
         let consumer = consumer_settings(&config, "w".to_owned());
         assert_eq!(consumer.claim_ttl, Duration::from_secs(13));
         assert_eq!(consumer.shutdown_grace, Duration::from_secs(17));
+    }
+
+    /// `verdict dev` serves the scheduler's and the worker's metrics from one registry: both
+    /// register `verdict_build_info`, which must agree on its help and labels.
+    #[test]
+    fn scheduler_and_worker_metrics_share_one_registry() {
+        let registry = prometheus::Registry::new();
+        SchedulerMetrics::register(&registry).unwrap();
+        WorkerMetrics::register(&registry).unwrap();
+        let roles: Vec<String> = registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "verdict_build_info")
+            .flat_map(|f| f.get_metric().iter())
+            .flat_map(|m| m.get_label().iter())
+            .filter(|l| l.name() == "role")
+            .map(|l| l.value().to_owned())
+            .collect();
+        assert_eq!(roles, ["scheduler", "worker"]);
     }
 
     #[test]

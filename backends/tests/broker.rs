@@ -9,7 +9,8 @@
 //! settling exactly once; dropped deliveries and dropped subscriptions; the delivery limit and
 //! explicit dead letters with their reasons, and both consumed from the dead-letter route with
 //! their reasons; delayed publishing (never early, then delivered);
-//! many publishers at once; health; graceful shutdown with and without leftovers.
+//! many publishers at once; health; graceful shutdown with and without leftovers; the counts of
+//! waiting messages and consumers a queue reports.
 //!
 //! RabbitMQ-only behaviour (topology, AMQP properties on the wire, unroutable messages,
 //! reconnects, stale acks after a recovery) is in `broker_amqp.rs`; what only the memory broker
@@ -29,7 +30,7 @@ use verdict_backends::broker::amqp::AmqpBroker;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::broker::{
     AckStatus, Broker, BrokerError, DEAD_LETTER_REASON_HEADER, DELIVERY_LIMIT_REASON, Deliveries,
-    Delivery, Message, Route,
+    Delivery, Message, QueueStats, Route,
 };
 use verdict_proto::wire::Priority;
 
@@ -188,6 +189,7 @@ on_both_brokers!(
     many_publishers_at_once,
     shutdown_stops_subscriptions_and_waits_for_held_deliveries,
     shutdown_gives_back_what_is_unsettled_after_the_grace,
+    queue_stats_count_waiting_messages_and_consumers,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -300,6 +302,55 @@ async fn prefetch_bounds_unsettled_deliveries_per_subscription(h: &Harness) {
     for delivery in held.into_iter().chain([one, five]) {
         delivery.acker.ack().await.unwrap();
     }
+}
+
+/// `queue_stats` counts messages waiting (not those handed out) and live subscriptions, per
+/// route, and changes nothing.
+async fn queue_stats_count_waiting_messages_and_consumers(h: &Harness) {
+    let broker = h.broker();
+    let stats = |route| async move { broker.queue_stats(route).await.unwrap() };
+    // Declared by connecting, empty: every route answers, with zero of both.
+    for (route, _) in ROUTES {
+        assert_eq!(stats(route).await, QueueStats::default(), "{route:?}");
+    }
+    for n in 0..3 {
+        broker
+            .publish(INTERACTIVE, &message(&n.to_string()))
+            .await
+            .unwrap();
+    }
+    eventually("three messages counted", || async {
+        stats(INTERACTIVE).await.messages == 3
+    })
+    .await;
+    assert_eq!(stats(BULK).await, QueueStats::default());
+    let mut one = broker.consume(INTERACTIVE, 1).await.unwrap();
+    let two = broker.consume(INTERACTIVE, 1).await.unwrap();
+    let held = next(&mut one).await;
+    eventually(
+        "two consumers, one message held and one handed out",
+        || async {
+            stats(INTERACTIVE).await
+                == QueueStats {
+                    messages: 1,
+                    consumers: 2,
+                }
+        },
+    )
+    .await;
+    // The dropped subscription's prefetched message goes back and waits again.
+    drop(two);
+    eventually("one consumer left, two messages waiting", || async {
+        stats(INTERACTIVE).await
+            == QueueStats {
+                messages: 2,
+                consumers: 1,
+            }
+    })
+    .await;
+    assert_eq!(h.waiting(INTERACTIVE).await, 2, "queue_stats took nothing");
+    held.acker.ack().await.unwrap();
+    drop(one);
 }
 
 /// Every message goes to exactly one of the route's subscriptions, and both get work.

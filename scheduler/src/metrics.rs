@@ -1,9 +1,29 @@
-//! Every metric the scheduler exports, in one place (SPEC O1). Labels are bounded: task kind,
-//! terminal state, stage, outcome, the configured model — never task, PR or repository ids.
+//! Every metric the scheduler exports, in one place (SPEC O1), documented in `docs/metrics.md`.
+//! Labels are bounded: task kind, terminal state, stage, outcome, queue, the configured model —
+//! never task, PR or repository ids. [`SchedulerMetrics::register`] creates every label set it
+//! can know in advance at 0, so `rate()` and `increase()` see a series before its first event.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use verdict_proto::wire::StageKind;
 
 use crate::task::PipelineKind;
+
+/// The help text of `verdict_build_info`, the same as the worker's (`verdict dev` registers
+/// both on one registry, which requires it).
+pub const BUILD_INFO_HELP: &str =
+    "Always 1: the version and source commit of this verdict process part (role).";
+
+/// The `queue` label of the broker's queues, as `verdict_queue_messages` names them.
+pub const QUEUE_LABELS: [&str; 4] = ["interactive", "bulk", "results", "dead"];
+
+/// Task kinds (`kind` label).
+const TASK_KINDS: [&str; 3] = ["review", "issue-analysis", "scan"];
+/// Terminal task states (`verdict_tasks_total{state}`).
+const TERMINAL_STATES: [&str; 5] = ["completed", "skipped", "degraded", "incomplete", "aborted"];
+/// How publication attempts end (`verdict_publications_total{outcome}`).
+const PUBLICATION_OUTCOMES: [&str; 5] = ["published", "nothing", "stale", "failed", "retry"];
+/// What a consumed dead letter was (`verdict_dead_letters_consumed_total{what}`).
+pub const DEAD_LETTER_KINDS: [&str; 4] = ["result", "request", "poison", "unidentified"];
 
 #[derive(Debug, Clone)]
 pub struct SchedulerMetrics {
@@ -36,6 +56,19 @@ pub struct SchedulerMetrics {
     /// `verdict_publications_total{kind, outcome}`: publication attempts to GitHub by task kind
     /// and how they ended (published, nothing, stale, failed, retry).
     pub publications: IntCounterVec,
+    /// `verdict_dead_letters_consumed_total{what}`: dead letters this replica consumed, by what
+    /// they turned out to be — a `result` applied, a stage `request` or a `poison` message that
+    /// failed its stage or task, or `unidentified`.
+    pub dead_letters_consumed: IntCounterVec,
+    /// `verdict_queue_messages{queue}`: messages ready on each broker queue at the last poll.
+    pub queue_messages: IntGaugeVec,
+    /// `verdict_queue_consumers{queue}`: consumers of each broker queue at the last poll.
+    pub queue_consumers: IntGaugeVec,
+    /// `verdict_queue_stats_failures_total{queue}`: polls the broker did not answer (the gauges
+    /// keep their last values).
+    pub queue_stats_failures: IntCounterVec,
+    /// `verdict_build_info{version, role="scheduler", commit}` = 1.
+    pub build_info: IntGauge,
 }
 
 impl SchedulerMetrics {
@@ -106,6 +139,43 @@ impl SchedulerMetrics {
                 ),
                 &["kind", "outcome"],
             )?,
+            dead_letters_consumed: IntCounterVec::new(
+                Opts::new(
+                    "verdict_dead_letters_consumed_total",
+                    "Dead letters consumed, by what they were: result (applied), request or poison (ended their stage or task), unidentified.",
+                ),
+                &["what"],
+            )?,
+            queue_messages: IntGaugeVec::new(
+                Opts::new(
+                    "verdict_queue_messages",
+                    "Messages ready on each broker queue, as the broker reported at the last poll.",
+                ),
+                &["queue"],
+            )?,
+            queue_consumers: IntGaugeVec::new(
+                Opts::new(
+                    "verdict_queue_consumers",
+                    "Consumers of each broker queue, as the broker reported at the last poll.",
+                ),
+                &["queue"],
+            )?,
+            queue_stats_failures: IntCounterVec::new(
+                Opts::new(
+                    "verdict_queue_stats_failures_total",
+                    "Polls of a queue's counts that the broker did not answer.",
+                ),
+                &["queue"],
+            )?,
+            build_info: IntGauge::with_opts(
+                Opts::new("verdict_build_info", BUILD_INFO_HELP)
+                    .const_label("version", env!("CARGO_PKG_VERSION"))
+                    .const_label("role", "scheduler")
+                    .const_label(
+                        "commit",
+                        option_env!("VERDICT_GIT_COMMIT").unwrap_or("unknown"),
+                    ),
+            )?,
         };
         registry.register(Box::new(m.submitted.clone()))?;
         registry.register(Box::new(m.finished.clone()))?;
@@ -118,7 +188,57 @@ impl SchedulerMetrics {
         registry.register(Box::new(m.findings_merged.clone()))?;
         registry.register(Box::new(m.publications.clone()))?;
         registry.register(Box::new(m.recovered.clone()))?;
+        registry.register(Box::new(m.dead_letters_consumed.clone()))?;
+        registry.register(Box::new(m.queue_messages.clone()))?;
+        registry.register(Box::new(m.queue_consumers.clone()))?;
+        registry.register(Box::new(m.queue_stats_failures.clone()))?;
+        registry.register(Box::new(m.build_info.clone()))?;
+        m.build_info.set(1);
+        m.initialise();
         Ok(m)
+    }
+
+    /// Creates `verdict_findings_merged_total` at 0 for each `(stage, model)` the configuration
+    /// names (the pipeline settings' stages and models).
+    pub fn initialise_models(&self, stage_models: &[(StageKind, String)]) {
+        for (stage, model) in stage_models {
+            self.findings_merged
+                .with_label_values(&[stage.as_str(), model.as_str()]);
+        }
+    }
+
+    /// Every label set known in advance, at 0: task kinds and terminal states, stages and
+    /// outcomes, queues, dead-letter and publication outcomes.
+    fn initialise(&self) {
+        for kind in TASK_KINDS {
+            self.submitted.with_label_values(&[kind]);
+            for state in TERMINAL_STATES {
+                self.finished.with_label_values(&[kind, state]);
+            }
+            for outcome in PUBLICATION_OUTCOMES {
+                self.publications.with_label_values(&[kind, outcome]);
+            }
+        }
+        for stage in StageKind::ALL.map(StageKind::as_str) {
+            self.dispatches.with_label_values(&[stage]);
+            for outcome in ["ok", "invalid_output", "execution_failure"] {
+                self.results.with_label_values(&[stage, outcome]);
+            }
+        }
+        for queue in ["results", "unidentified"] {
+            self.dead_letters.with_label_values(&[queue]);
+        }
+        for what in DEAD_LETTER_KINDS {
+            self.dead_letters_consumed.with_label_values(&[what]);
+        }
+        for how in ["applied", "republished"] {
+            self.recovered.with_label_values(&[how]);
+        }
+        for queue in QUEUE_LABELS {
+            self.queue_messages.with_label_values(&[queue]);
+            self.queue_consumers.with_label_values(&[queue]);
+            self.queue_stats_failures.with_label_values(&[queue]);
+        }
     }
 }
 

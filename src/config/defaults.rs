@@ -63,6 +63,8 @@ pub(super) const API_TOKEN_ENV: &str = "VERDICT_API_TOKEN";
 pub(super) const API_MAX_BODY_BYTES: i64 = 1 << 20;
 
 pub(super) const SWEEP_INTERVAL_SECONDS: i64 = 10;
+/// As often as a usual scrape, so a dashboard's queue depth is never more than one poll behind.
+pub(super) const QUEUE_STATS_INTERVAL_SECONDS: i64 = 5;
 pub(super) const STALL_AFTER_SECONDS: i64 = 30;
 /// Long: a stage normally either runs (its lease is live) or waits in a queue; only one that was
 /// lost on the way is published again, and a copy of a stage that was merely queued is harmless.

@@ -43,6 +43,7 @@ use verdict_proto::Language;
 use verdict_proto::wire::{RepairPolicy, StageKind, Tool};
 use verdict_scheduler::engine::RepositoryAllowlist;
 use verdict_worker::executor::{ExecutorSettings, RateLimits};
+use verdict_worker::metrics::{KnownLabels, Prices};
 use verdict_worker::provider::{ApiKeyError, ProviderSettings, Secret};
 use verdict_worker::retry::RetryPolicy;
 
@@ -80,6 +81,9 @@ pub struct Config {
     /// Requests and tokens per minute per provider and model, for the whole pool (SPEC Q3):
     /// `requests_per_minute`/`tokens_per_minute` of `[providers.<name>]` and `[stages.<stage>]`.
     pub rate_limits: RateLimits,
+    /// Token prices per provider (`input_usd_per_million_tokens`,
+    /// `output_usd_per_million_tokens` of `[providers.<name>]`), for the estimated cost metric.
+    pub prices: Prices,
     /// Things that are valid but probably not what was meant; log each once at start-up.
     pub warnings: Vec<ConfigWarning>,
 }
@@ -233,6 +237,8 @@ pub struct SchedulerConfig {
     /// How long an intake may take, waiting for a slot included, before its task ends
     /// `incomplete`; only an intake older than this is taken over by another replica.
     pub intake_timeout: Duration,
+    /// How often the broker's queue counts are polled into gauges.
+    pub queue_stats_interval: Duration,
 }
 
 /// `[repositories]`: the repository allowlist (SPEC R4) and the time limits of git processes.
@@ -394,6 +400,24 @@ impl Config {
         self.stages.get(&stage)
     }
 
+    /// The label values worker metrics can know in advance: each stage's provider, its model
+    /// and its fallback models.
+    pub fn known_labels(&self) -> KnownLabels {
+        let mut stage_models = Vec::new();
+        for (kind, stage) in &self.stages {
+            let Some(provider) = self.provider(&stage.provider) else {
+                continue;
+            };
+            let model = stage.model.as_deref().unwrap_or(&provider.model);
+            for model in
+                std::iter::once(model).chain(stage.fallback_models.iter().map(String::as_str))
+            {
+                stage_models.push((*kind, provider.name.clone(), model.to_owned()));
+            }
+        }
+        KnownLabels { stage_models }
+    }
+
     /// A configured provider by name.
     pub fn provider(&self, name: &str) -> Option<&ProviderSettings> {
         self.providers.iter().find(|p| p.name == name)
@@ -426,6 +450,7 @@ impl Config {
             retry: self.retry.clone(),
             fallback_models,
             rate_limits: self.rate_limits.clone(),
+            prices: self.prices.clone(),
             ..ExecutorSettings::default()
         }
     }

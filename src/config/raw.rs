@@ -150,6 +150,7 @@ table! {
         recover_after_seconds: Int,
         intake_concurrency: Int,
         intake_timeout_seconds: Int,
+        queue_stats_interval_seconds: Int,
     }
 }
 
@@ -249,6 +250,8 @@ table! {
         tools_flag: Str,
         requests_per_minute: Int,
         tokens_per_minute: Int,
+        input_usd_per_million_tokens: Float,
+        output_usd_per_million_tokens: Float,
     }
 }
 

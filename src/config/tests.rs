@@ -1505,4 +1505,61 @@ fn the_charts_values_schema_mirrors_every_configuration_key() {
         .collect();
     let expected: Vec<&str> = StageKind::ALL.iter().map(|s| s.as_str()).collect();
     assert_eq!(stages, expected);
+#[test]
+fn token_prices_go_in_pairs_and_are_not_negative() {
+    let c = ok(
+        &format!("{BASE}input_usd_per_million_tokens = 2.5\noutput_usd_per_million_tokens = 10\n"),
+        &[],
+    );
+    let price = c.prices.get("local").unwrap();
+    assert_eq!(price.input_per_million, 2.5);
+    assert_eq!(price.output_per_million, 10.0);
+    assert!(ok(BASE, &[]).prices.get("local").is_none());
+
+    let e = err(&format!("{BASE}input_usd_per_million_tokens = 2.5\n"), &[]);
+    assert!(
+        e.contains("providers.local.output_usd_per_million_tokens is missing"),
+        "{e}"
+    );
+    let e = err(
+        &format!("{BASE}input_usd_per_million_tokens = -1\noutput_usd_per_million_tokens = 1\n"),
+        &[],
+    );
+    assert!(
+        e.contains("providers.local.input_usd_per_million_tokens = -1 is not a price"),
+        "{e}"
+    );
+    let c = ok(
+        BASE,
+        &[
+            (
+                "VERDICT_PROVIDERS__LOCAL__INPUT_USD_PER_MILLION_TOKENS",
+                "1",
+            ),
+            (
+                "VERDICT_PROVIDERS__LOCAL__OUTPUT_USD_PER_MILLION_TOKENS",
+                "0",
+            ),
+        ],
+    );
+    assert!(
+        c.prices.get("local").is_some(),
+        "settable from the environment"
+    );
+}
+
+#[test]
+fn queue_stats_interval_defaults_to_five_seconds() {
+    assert_eq!(
+        ok(BASE, &[]).scheduler.queue_stats_interval,
+        Duration::from_secs(5)
+    );
+    let e = err(
+        &format!("[scheduler]\nqueue_stats_interval_seconds = 0\n{BASE}"),
+        &[],
+    );
+    assert!(
+        e.contains("scheduler.queue_stats_interval_seconds = 0 is too small"),
+        "{e}"
+    );
 }

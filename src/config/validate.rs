@@ -12,6 +12,7 @@ use verdict_proto::Language;
 use verdict_proto::repair::{DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_RANGE, RepairMode};
 use verdict_proto::wire::{RepairPolicy, StageKind, Tool};
 use verdict_worker::executor::{ModelLimits, RateLimits};
+use verdict_worker::metrics::{Prices, TokenPrice};
 use verdict_worker::provider::anthropic::DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS;
 use verdict_worker::provider::{
     ApiKeyError, ApiKeySource, ProviderBuildError, ProviderKind, ProviderSettings, Secret,
@@ -516,8 +517,17 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
     }
     let mut providers = Vec::with_capacity(raw.providers.len());
     let mut provider_limits = Vec::with_capacity(raw.providers.len());
+    let mut prices = Prices::default();
     for (name, p) in raw.providers {
         let key = format!("providers.{name}");
+        if let Some(price) = token_price(
+            &key,
+            p.input_usd_per_million_tokens,
+            p.output_usd_per_million_tokens,
+            ctx,
+        )? {
+            prices.set(&name, price);
+        }
         provider_limits.push(model_limits(
             &key,
             p.requests_per_minute,
@@ -596,6 +606,7 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
         default_provider,
         stages,
         rate_limits,
+        prices,
         warnings,
     })
 }
@@ -894,6 +905,12 @@ fn scheduler(
             "scheduler.recover_after_seconds",
             raw.recover_after_seconds,
             d::RECOVER_AFTER_SECONDS,
+            1,
+        )?,
+        queue_stats_interval: ctx.seconds(
+            "scheduler.queue_stats_interval_seconds",
+            raw.queue_stats_interval_seconds,
+            d::QUEUE_STATS_INTERVAL_SECONDS,
             1,
         )?,
         intake_concurrency: ctx.num(
@@ -1315,6 +1332,46 @@ fn stage(
         repair: RepairPolicy { mode, max_attempts },
         fallback_models,
     })
+}
+
+/// `input_usd_per_million_tokens` and `output_usd_per_million_tokens` of the table `table`: both
+/// or neither, each a finite number ≥ 0.
+fn token_price(
+    table: &str,
+    input: Option<f64>,
+    output: Option<f64>,
+    ctx: &Ctx<'_>,
+) -> Result<Option<TokenPrice>, ConfigError> {
+    let names = [
+        "input_usd_per_million_tokens",
+        "output_usd_per_million_tokens",
+    ];
+    for (name, value) in names.into_iter().zip([input, output]) {
+        if let Some(v) = value
+            && !(v.is_finite() && v >= 0.0)
+        {
+            return Err(ctx.err(
+                &format!("{table}.{name}"),
+                Some(v.to_string()),
+                "is not a price; set it to the provider's price in US dollars per million tokens, 0 or more",
+            ));
+        }
+    }
+    match (input, output) {
+        (Some(input_per_million), Some(output_per_million)) => Ok(Some(TokenPrice {
+            input_per_million,
+            output_per_million,
+        })),
+        (None, None) => Ok(None),
+        (Some(_), None) | (None, Some(_)) => {
+            let missing = if input.is_none() { names[0] } else { names[1] };
+            Err(ctx.err(
+                &format!("{table}.{missing}"),
+                None,
+                "is missing: prices go in pairs, set both input_usd_per_million_tokens and output_usd_per_million_tokens (0 when that direction is free)",
+            ))
+        }
+    }
 }
 
 /// `requests_per_minute` and `tokens_per_minute` of the table `table`, each at least 1 when set.

@@ -119,6 +119,29 @@ impl Consumer {
         } else {
             None
         };
+        // What this process sees of its queues (SPEC O1): the prefetch it subscribed with, and
+        // below, each delivery held from receipt until it is settled.
+        let metrics = &self.inner.executor.deps().metrics;
+        let interactive_label = crate::metrics::queue_label(Priority::Interactive);
+        let bulk_label = crate::metrics::queue_label(Priority::Bulk);
+        let limits = [
+            (interactive_label, i64::from(s.concurrency.max(1))),
+            (
+                bulk_label,
+                if bulk.is_some() {
+                    i64::from(s.bulk_concurrency)
+                } else {
+                    0
+                },
+            ),
+        ];
+        for (queue, limit) in limits {
+            metrics
+                .prefetch_limit
+                .with_label_values(&[queue])
+                .add(limit);
+        }
+        let held = |queue: &str| Held::new(metrics.prefetch_in_use.with_label_values(&[queue]));
         let mut cancelled = match self.inner.cancels.subscribe().await {
             Ok(rx) => Some(rx),
             Err(e) => {
@@ -133,11 +156,11 @@ impl Consumer {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 d = interactive.next() => match d {
-                    Some(d) => { let this = self.clone(); let stop = hard_stop.clone(); tracker.spawn(async move { this.handle(d, stop).await }); }
+                    Some(d) => { let this = self.clone(); let stop = hard_stop.clone(); let held = held(interactive_label); tracker.spawn(async move { this.handle(d, stop).await; drop(held); }); }
                     None => break,
                 },
                 d = next_or_pending(&mut bulk) => match d {
-                    Some(d) => { let this = self.clone(); let stop = hard_stop.clone(); tracker.spawn(async move { this.handle(d, stop).await }); }
+                    Some(d) => { let this = self.clone(); let stop = hard_stop.clone(); let held = held(bulk_label); tracker.spawn(async move { this.handle(d, stop).await; drop(held); }); }
                     None => bulk = None,
                 },
                 id = recv_or_pending(&mut cancelled) => match id {
@@ -157,6 +180,12 @@ impl Consumer {
             tracing::warn!("grace period over; cancelling in-flight stages and requeueing them");
             hard_stop.cancel();
             tracker.wait().await;
+        }
+        for (queue, limit) in limits {
+            metrics
+                .prefetch_limit
+                .with_label_values(&[queue])
+                .sub(limit);
         }
         Ok(())
     }
@@ -674,6 +703,23 @@ mod tests {
 enum Settle {
     Ack,
     Requeue,
+}
+
+/// One delivery counted in `verdict_worker_prefetch_in_use` from receipt until it is dropped
+/// (after the delivery was settled).
+struct Held(prometheus::IntGauge);
+
+impl Held {
+    fn new(gauge: prometheus::IntGauge) -> Held {
+        gauge.inc();
+        Held(gauge)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 async fn settle(delivery: Delivery, how: Settle) {

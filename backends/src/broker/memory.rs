@@ -25,7 +25,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::{
     AckStatus, Acknowledge, Broker, BrokerError, BrokerHealth, DEAD_LETTER_REASON_HEADER,
-    DELIVERY_LIMIT_REASON, Deliveries, Delivery, Message, Route, no_delayed_dead_letters,
+    DELIVERY_LIMIT_REASON, Deliveries, Delivery, Message, QueueStats, Route,
+    no_delayed_dead_letters,
 };
 use crate::BoxFuture;
 
@@ -477,6 +478,26 @@ impl Broker for MemoryBroker {
             connected: phase != Phase::Closed,
             consumers_alive: phase == Phase::Open,
         }
+    }
+
+    /// Counts what waits on the route and the subscriptions still open on it.
+    fn queue_stats(&self, route: Route) -> BoxFuture<'_, Result<QueueStats, BrokerError>> {
+        Box::pin(async move {
+            let state = self.lock();
+            state.refuse_when_closed()?;
+            let Some(queue) = state.routes.get(&route) else {
+                return Ok(QueueStats::default());
+            };
+            let consumers = queue
+                .subscribers
+                .iter()
+                .filter(|s| !s.tx.is_closed())
+                .count();
+            Ok(QueueStats {
+                messages: u64::try_from(queue.ready.len()).unwrap_or(u64::MAX),
+                consumers: u32::try_from(consumers).unwrap_or(u32::MAX),
+            })
+        })
     }
 
     /// Stops the subscriptions, waits up to `grace` for held deliveries to be settled, then

@@ -152,6 +152,21 @@ pub struct BrokerHealth {
     pub consumers_alive: bool,
 }
 
+/// What the broker reports of one route's queue (SPEC O1): the scheduler polls it for
+/// `verdict_queue_messages` and `verdict_queue_consumers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueStats {
+    /// Messages ready for delivery: published and not handed to a consumer (deliveries held
+    /// unacknowledged are not counted; workers report those).
+    pub messages: u64,
+    /// Consumers subscribed to the queue, across every process.
+    pub consumers: u32,
+}
+
+/// The longest a [`Broker::queue_stats`] call waits for the broker: a poller must not hang on
+/// an unresponsive one.
+pub const QUEUE_STATS_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A message broker with confirmed, persistent publishing.
 pub trait Broker: Send + Sync + fmt::Debug {
     /// Publishes and waits for the broker's confirmation (SPEC Q1: persistent, `mandatory`,
@@ -195,6 +210,11 @@ pub trait Broker: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'_, Result<Deliveries, BrokerError>>;
 
     fn health(&self) -> BrokerHealth;
+
+    /// How many messages wait on `route`'s queue and how many consumers it has, as the broker
+    /// counts them now (RabbitMQ: a passive `queue.declare`). Gives up after
+    /// [`QUEUE_STATS_TIMEOUT`] with [`BrokerError::Other`]; never declares or changes anything.
+    fn queue_stats(&self, route: Route) -> BoxFuture<'_, Result<QueueStats, BrokerError>>;
 
     /// Ends the process's use of the broker (SPEC Q4): every subscription stops and no new one is
     /// taken; for up to `grace`, deliveries already handed out may still be settled and

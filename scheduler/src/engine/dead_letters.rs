@@ -56,6 +56,8 @@ pub(super) struct DeadLetters {
     message_max_bytes: usize,
     applied: IntCounterVec,
     counted: IntCounterVec,
+    /// `verdict_dead_letters_consumed_total{what}`.
+    consumed: IntCounterVec,
 }
 
 /// Who a dead letter belongs to, and what to do about it.
@@ -82,6 +84,7 @@ impl DeadLetters {
             message_max_bytes: settings.message_max_bytes,
             applied: deps.metrics.results.clone(),
             counted: deps.metrics.dead_letters.clone(),
+            consumed: deps.metrics.dead_letters_consumed.clone(),
         }
     }
 
@@ -93,7 +96,18 @@ impl DeadLetters {
             .get(DEAD_LETTER_REASON_HEADER)
             .filter(|r| !r.is_empty())
             .map_or("no reason given", String::as_str);
-        let outcome = match verdict(message, reason, self.message_max_bytes) {
+        let verdict = verdict(message, reason, self.message_max_bytes);
+        let what = match &verdict {
+            Verdict::Apply(_) => "result",
+            Verdict::Fail { .. }
+                if wire::decode::<StageRequest>(&message.body, usize::MAX).is_ok() =>
+            {
+                "request"
+            }
+            Verdict::Fail { .. } => "poison",
+            Verdict::Unidentified => UNIDENTIFIED,
+        };
+        let outcome = match verdict {
             Verdict::Apply(result) => {
                 let now = self.clock.now_unix_ms();
                 let applied = self
@@ -127,6 +141,7 @@ impl DeadLetters {
         };
         match outcome {
             Ok(()) => {
+                self.consumed.with_label_values(&[what]).inc();
                 let _ = delivery.acker.ack().await;
             }
             Err(ServiceError::NotFound(task)) => {
@@ -145,6 +160,7 @@ impl DeadLetters {
     /// names one that does not exist); it is then dropped.
     fn drop_unidentified(&self, message: &Message, reason: &str, task: Option<&str>) {
         self.counted.with_label_values(&[UNIDENTIFIED]).inc();
+        self.consumed.with_label_values(&[UNIDENTIFIED]).inc();
         tracing::warn!(
             task = task.unwrap_or("-"),
             reason = %safe_preview(reason, 300),

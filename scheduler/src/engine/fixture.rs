@@ -108,6 +108,7 @@ impl Fixture {
             language: Language::En,
             message_max_bytes: 1 << 20,
             sweep_interval: Duration::from_secs(10),
+            queue_stats_interval: Duration::from_secs(3600),
             stall_after: STALL_AFTER,
             recover_after: RECOVER_AFTER,
             code_host: Some(code_host()),

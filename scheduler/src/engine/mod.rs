@@ -30,6 +30,7 @@
 //!   status, each attempt safe to repeat.
 //! - [`sweeper`]: what a crashed replica left: abandoned intakes taken over, planned stages
 //!   republished, publications retried.
+//! - [`queues`]: the broker's counts of each queue polled into gauges, in a loop of its own.
 //!
 //! [`Scheduler::run`] only receives: each stage result and dead letter is handled in a task of
 //! its own, and the sweeper passes run in a loop of their own, so nothing slow (a repository, the
@@ -60,6 +61,7 @@ mod intake;
 mod outbox;
 mod progress;
 mod publish;
+mod queues;
 mod records;
 mod results;
 mod submission;
@@ -122,6 +124,9 @@ pub struct SchedulerSettings {
     pub message_max_bytes: usize,
     /// How often the sweeper looks for stalled tasks.
     pub sweep_interval: Duration,
+    /// How often the broker's queue counts are polled into `verdict_queue_messages` and
+    /// `verdict_queue_consumers`.
+    pub queue_stats_interval: Duration,
     /// A stage still `planned` (or a task still `queued`) this long after being written is
     /// taken over by the sweeper.
     pub stall_after: Duration,
@@ -165,6 +170,8 @@ struct Inner {
     sweeper: Sweeper,
     broker: Arc<dyn Broker>,
     sweep_interval: Duration,
+    queue_stats_interval: Duration,
+    metrics: SchedulerMetrics,
     /// Result handlers, intakes and publications in flight; `run` waits for them before it
     /// returns.
     background: TaskTracker,
@@ -229,6 +236,8 @@ impl Scheduler {
                 sweeper: Sweeper::new(&deps, &settings, &parts),
                 broker: deps.broker,
                 sweep_interval: settings.sweep_interval,
+                queue_stats_interval: settings.queue_stats_interval,
+                metrics: deps.metrics,
                 background,
                 stop,
             }),
@@ -252,6 +261,12 @@ impl Scheduler {
         inner.background.spawn(sweep_loop(
             inner.sweeper.clone(),
             inner.sweep_interval,
+            inner.stop.clone(),
+        ));
+        inner.background.spawn(queues::poll_loop(
+            inner.broker.clone(),
+            inner.metrics.clone(),
+            inner.queue_stats_interval,
             inner.stop.clone(),
         ));
         loop {

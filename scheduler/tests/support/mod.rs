@@ -50,6 +50,7 @@ pub fn memory_scheduler(
         language: verdict_proto::Language::En,
         message_max_bytes: 1 << 20,
         sweep_interval: Duration::from_secs(3600),
+        queue_stats_interval: Duration::from_secs(3600),
         stall_after: Duration::from_secs(3600),
         recover_after: Duration::from_secs(3600),
         code_host: None,

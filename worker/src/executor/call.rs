@@ -348,6 +348,12 @@ async fn call_with_retries(
                     .provider_tokens
                     .with_label_values(&[&labels[0], &labels[1], "output"])
                     .inc_by(u.output_tokens);
+                if let Some(price) = ctx.settings.prices.get(&labels[0]) {
+                    metrics
+                        .provider_cost
+                        .with_label_values(&[&labels[0], &labels[1]])
+                        .inc_by(price.cost(u.input_tokens, u.output_tokens));
+                }
                 conv.count_call(u);
                 let latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
                 return Ok((response, latency_ms));

@@ -132,6 +132,8 @@ pub struct ExecutorSettings {
     pub preview_chars: usize,
     /// Requests and tokens per minute per provider and model, shared by the pool (SPEC Q3).
     pub rate_limits: RateLimits,
+    /// Token prices per provider, for `verdict_provider_cost_usd_total`.
+    pub prices: crate::metrics::Prices,
 }
 
 impl Default for ExecutorSettings {
@@ -142,6 +144,7 @@ impl Default for ExecutorSettings {
             fallback_models: HashMap::new(),
             preview_chars: 500,
             rate_limits: RateLimits::default(),
+            prices: crate::metrics::Prices::default(),
         }
     }
 }
@@ -154,6 +157,9 @@ pub struct Execution {
     /// place: the caller should requeue the stage after this delay (SPEC E5).
     pub requeue_after: Option<Duration>,
 }
+
+/// The `model` label of an attempt that ended before any provider call.
+const NO_MODEL: &str = crate::metrics::NO_MODEL;
 
 /// Executes stage requests.
 #[derive(Debug, Clone)]
@@ -195,8 +201,11 @@ impl StageExecutor {
         let stage = request.stage.as_str();
         let started_unix_ms = self.deps.clock.now_unix_ms();
         let timer = tokio::time::Instant::now();
-        metrics.stages_in_flight.inc();
-        let _in_flight = InFlight(metrics.stages_in_flight.clone());
+        let in_flight = metrics
+            .stages_in_flight
+            .with_label_values(&[crate::metrics::queue_label(request.priority)]);
+        in_flight.inc();
+        let _in_flight = InFlight(in_flight);
 
         let mut transcript = Transcript {
             task_id: request.task_id.clone(),
@@ -227,7 +236,7 @@ impl StageExecutor {
             .observe(timer.elapsed().as_secs_f64());
         metrics
             .stage_outcomes
-            .with_label_values(&[stage, label, kind])
+            .with_label_values(&[stage, model.as_deref().unwrap_or(NO_MODEL), label, kind])
             .inc();
         match &outcome {
             StageOutcome::ExecutionFailure { kind, message, .. } => {

@@ -270,7 +270,7 @@ async fn round_done(
     ctx.deps
         .metrics
         .repair_rounds
-        .with_label_values(&[protocol, outcome])
+        .with_label_values(&[protocol, ctx.route.model(), outcome])
         .inc();
     let error = bounded(&repaired_error.to_string());
     conv.record(TranscriptEntry::RepairRound {

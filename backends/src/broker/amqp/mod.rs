@@ -31,8 +31,8 @@ use self::link::Link;
 use self::publish::{Publisher, Target};
 use self::topology::{DELAY_HEADER, Topology};
 use super::{
-    Broker, BrokerError, BrokerHealth, DEAD_LETTER_REASON_HEADER, Deliveries, Message, Route,
-    no_delayed_dead_letters,
+    Broker, BrokerError, BrokerHealth, DEAD_LETTER_REASON_HEADER, Deliveries, Message,
+    QUEUE_STATS_TIMEOUT, QueueStats, Route, no_delayed_dead_letters,
 };
 use crate::BoxFuture;
 
@@ -174,6 +174,41 @@ impl AmqpBroker {
         }
         let _ = channel.close(200, "done".into()).await;
         Ok(out)
+    }
+
+    /// A passive `queue.declare` of `route`'s queue on a channel of its own (a failed passive
+    /// declare closes its channel), closed afterwards: ready messages and consumers as RabbitMQ
+    /// counts them. The caller bounds the whole exchange with [`QUEUE_STATS_TIMEOUT`].
+    async fn declare_passively(&self, route: Route) -> Result<QueueStats, BrokerError> {
+        let link = self
+            .shared
+            .wait_link(Some(tokio::time::Instant::now() + QUEUE_STATS_TIMEOUT))
+            .await?;
+        let channel = link
+            .connection
+            .create_channel()
+            .await
+            .map_err(|e| BrokerError::Closed(format!("open a channel: {e}")))?;
+        let queue = self.shared.topology.queue(route);
+        let declared = channel
+            .queue_declare(
+                queue.as_str().into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..lapin::options::QueueDeclareOptions::default()
+                },
+                lapin::types::FieldTable::default(),
+            )
+            .await
+            .map_err(|e| BrokerError::Other(format!("read the counts of {queue}: {e}")));
+        if channel.status().connected() {
+            let _ = channel.close(200, "done".into()).await;
+        }
+        let declared = declared?;
+        Ok(QueueStats {
+            messages: u64::from(declared.message_count()),
+            consumers: declared.consumer_count(),
+        })
     }
 
     /// Deletes every queue and exchange of this broker's prefix, messages included. For tearing
@@ -399,6 +434,19 @@ impl Broker for AmqpBroker {
             connected,
             consumers_alive,
         }
+    }
+
+    fn queue_stats(&self, route: Route) -> BoxFuture<'_, Result<QueueStats, BrokerError>> {
+        Box::pin(async move {
+            tokio::time::timeout(QUEUE_STATS_TIMEOUT, self.declare_passively(route))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(BrokerError::Other(format!(
+                        "RabbitMQ did not report the counts of {} within {QUEUE_STATS_TIMEOUT:?}",
+                        self.shared.topology.queue(route)
+                    )))
+                })
+        })
     }
 
     fn shutdown(&self, grace: Duration) -> BoxFuture<'_, usize> {
