@@ -2,7 +2,7 @@
 # The verdict image: the one `verdict` binary (CLI, `verdict scheduler`, `verdict worker`) on a
 # small Debian runtime with git (workers and intake shell out to it) and CA certificates.
 #
-#   docker build -t REGISTRY/verdict:TAG .
+#   docker build --build-arg VERDICT_GIT_COMMIT="$(git rev-parse HEAD)" -t REGISTRY/verdict:TAG .
 #   docker run --rm REGISTRY/verdict:TAG --help
 #
 # Needs BuildKit (the default builder of Docker 23+) for the cache mounts: the cargo registry and
@@ -15,6 +15,10 @@ ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=trixie
 
 FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS build
+# The source commit, shown by verdict_build_info{commit} (read at compile time; .git is not in
+# the build context).
+ARG VERDICT_GIT_COMMIT=unknown
+ENV VERDICT_GIT_COMMIT=${VERDICT_GIT_COMMIT}
 WORKDIR /src
 # .dockerignore keeps target/, .git and everything the build does not read out of the context.
 COPY . .

@@ -37,6 +37,7 @@ pub const KNOWN_ENV_VARS: &[&str] = &[
     "VERDICT_LOG",
     "VERDICT_TRACE",
     "VERDICT_TOOLS",
+    "VERDICT_GIT_COMMIT",
 ];
 
 pub(super) const REVIEW_TIMEOUT_SECONDS: i64 = 600;

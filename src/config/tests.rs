@@ -1505,6 +1505,8 @@ fn the_charts_values_schema_mirrors_every_configuration_key() {
         .collect();
     let expected: Vec<&str> = StageKind::ALL.iter().map(|s| s.as_str()).collect();
     assert_eq!(stages, expected);
+}
+
 #[test]
 fn token_prices_go_in_pairs_and_are_not_negative() {
     let c = ok(
