@@ -176,6 +176,7 @@ impl Assembly {
                 // Responses are also kept in this process's memory, so a stage it runs again
                 // after Redis could not be written still answers from what was paid for.
                 journal: Arc::new(LocalFallback::new(store.clone(), JOURNAL_MEMORY_ENTRIES)),
+                cache: store.clone(),
                 transcripts: store.clone(),
                 events: store.clone(),
                 limiter: b.limiter.clone(),

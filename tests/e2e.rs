@@ -870,3 +870,60 @@ async fn a_collector_that_is_down_or_hung_neither_stops_a_review_nor_holds_up_a_
     }
     held.abort();
 }
+
+/// The worker's metric line `series` summed over the pool's workers, 0 when absent.
+async fn worker_metric(pool: &Pool, series: &str) -> u64 {
+    let mut total = 0;
+    for addr in &pool.worker_metrics {
+        let body = reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        total += body
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("{series} ")))
+            .filter_map(|v| v.trim().parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    total
+}
+
+/// Issue 10 (SPEC X3): identical work in a second task — the same change reviewed again — is
+/// answered from the pool's response cache in Redis: the provider is not asked again, the result
+/// is the same, and the hits are counted per stage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_work_in_a_second_task_is_answered_from_the_response_cache() {
+    let cache_on = [("VERDICT_WORKER__RESPONSE_CACHE", "true".to_owned())];
+    let pool = pool_with(happy, &[], &cache_on).await;
+    let first = review(&pool, "multi").await;
+    assert_eq!(first.state, TaskState::Completed, "{first:?}");
+    let paid = pool.fake.request_count();
+    assert_eq!(
+        paid,
+        first.stages.len(),
+        "one call per stage the first time"
+    );
+
+    let second = review(&pool, "multi").await;
+    assert_eq!(second.state, TaskState::Completed, "{second:?}");
+    assert_ne!(first.id, second.id);
+    assert_eq!(
+        pool.fake.request_count(),
+        paid,
+        "the second, identical review asked the provider nothing"
+    );
+    let score = |d: &TaskDocument| d.result.as_ref().map(|r| r["score"].clone());
+    assert_eq!(score(&second), score(&first), "the same answer");
+    let hits = worker_metric(
+        &pool,
+        "verdict_response_cache_total{result=\"hit\",stage=\"reviewer\"}",
+    )
+    .await;
+    assert_eq!(hits, 2, "both reviewers answered from the cache");
+    for stage in ["triage", "summary", "validator"] {
+        let series = format!("verdict_response_cache_total{{result=\"hit\",stage=\"{stage}\"}}");
+        assert_eq!(worker_metric(&pool, &series).await, 1, "{stage}");
+    }
+}

@@ -22,9 +22,9 @@ use tokio::time::{Instant, timeout};
 use verdict_backends::store::memory::MemoryStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_backends::store::{
-    CancelSignals, Claim, DocumentStore, EventLog, EventSink, InputError, InputStore,
-    ResponseJournal, ResultStore, StageState, StoreError, TranscriptStore, content_hash, event,
-    resolve,
+    CachedAnswer, CancelSignals, Claim, DocumentStore, EventLog, EventSink, InputError, InputStore,
+    ResponseCache, ResponseJournal, ResultStore, StageState, StoreError, TranscriptStore,
+    content_hash, event, resolve,
 };
 use verdict_proto::chat::{ChatResponse, FinishReason, TokenUsage};
 use verdict_proto::outcome::{FailureKind, StageOutcome};
@@ -494,6 +494,26 @@ async fn check_journal(journal: &dyn ResponseJournal) {
     assert_eq!(journal.get("t/s/p/other").await.unwrap(), None);
 }
 
+async fn check_response_cache(cache: &dyn ResponseCache) {
+    let key = "scan/p3/v1/abc";
+    assert_eq!(cache.get_answer(key).await.unwrap(), None);
+    let answer = |score: u64| CachedAnswer {
+        value: serde_json::json!({"OVERALL_SCORE": score}),
+        model: "m".into(),
+        repaired: false,
+        attempts: 1,
+        input_tokens: 120,
+        output_tokens: 30,
+        stored_unix_ms: 1_000,
+    };
+    cache.put_answer(key, &answer(80)).await.unwrap();
+    assert_eq!(cache.get_answer(key).await.unwrap(), Some(answer(80)));
+    // The first answer paid for stays: a second identical stage finishing later changes nothing.
+    cache.put_answer(key, &answer(10)).await.unwrap();
+    assert_eq!(cache.get_answer(key).await.unwrap(), Some(answer(80)));
+    assert_eq!(cache.get_answer("scan/p3/v1/other").await.unwrap(), None);
+}
+
 fn transcript(task: &str, stage: &str, attempt: u32, started: u64) -> Transcript {
     Transcript {
         task_id: task.into(),
@@ -670,6 +690,7 @@ async fn memory_executor_stores() {
     let store = MemoryStore::new();
     check_inputs(&store).await;
     check_journal(&store).await;
+    check_response_cache(&store).await;
     check_transcripts(&store, async |task: &str| store.transcripts_of(task)).await;
 }
 
@@ -678,6 +699,11 @@ async fn redis_executor_stores() {
     let f = RedisFixture::new().await;
     check_inputs(&f.store).await;
     check_journal(&f.store).await;
+    check_response_cache(&f.store).await;
+    assert!(
+        f.pttl("cache:scan/p3/v1/abc").await > 0,
+        "cached answers expire"
+    );
     check_transcripts(&f.store, async |task: &str| {
         f.store.transcripts_of(task).await.unwrap()
     })

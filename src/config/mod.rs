@@ -219,6 +219,8 @@ pub struct WorkerConfig {
     pub record_retry: Duration,
     /// Bulk stages of one organisation running at once across the pool; 0: no cap.
     pub bulk_per_organisation: u32,
+    /// Whether identical work is answered from the pool's response cache (X3).
+    pub response_cache: bool,
 }
 
 /// `[scheduler]`: the sweeper that restarts what a crashed replica left behind.
@@ -451,6 +453,7 @@ impl Config {
             fallback_models,
             rate_limits: self.rate_limits.clone(),
             prices: self.prices.clone(),
+            response_cache: self.worker.response_cache,
             ..ExecutorSettings::default()
         }
     }

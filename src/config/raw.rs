@@ -179,6 +179,7 @@ table! {
         claim_ttl_seconds: Int,
         record_retry_seconds: Int,
         bulk_per_organisation: Int,
+        response_cache: Bool,
     }
 }
 

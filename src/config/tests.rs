@@ -880,7 +880,7 @@ fn unknown_keys_list_the_valid_ones() {
     let e = err(&format!("[worker]\nconcurency = 4\n{BASE}"), &[]);
     assert_eq!(
         e,
-        "config key worker.concurency is unknown (did you mean `concurrency`?); valid keys in [worker]: concurrency, bulk_concurrency, cache_dir, snapshot_cache_bytes, metrics_listen, shutdown_grace_seconds, claim_ttl_seconds, record_retry_seconds, bulk_per_organisation"
+        "config key worker.concurency is unknown (did you mean `concurrency`?); valid keys in [worker]: concurrency, bulk_concurrency, cache_dir, snapshot_cache_bytes, metrics_listen, shutdown_grace_seconds, claim_ttl_seconds, record_retry_seconds, bulk_per_organisation, response_cache"
     );
     let e = err(&format!("colour = 1\n{BASE}"), &[]);
     assert_eq!(
@@ -1548,6 +1548,16 @@ fn token_prices_go_in_pairs_and_are_not_negative() {
         c.prices.get("local").is_some(),
         "settable from the environment"
     );
+}
+
+#[test]
+fn the_response_cache_is_on_unless_turned_off() {
+    assert!(ok(BASE, &[]).worker.response_cache);
+    assert!(ok(BASE, &[]).executor_settings().response_cache);
+    let off = ok(BASE, &[("VERDICT_WORKER__RESPONSE_CACHE", "false")]);
+    assert!(!off.executor_settings().response_cache);
+    let e = err(&format!("[worker]\nresponse_cache = 1\n{BASE}"), &[]);
+    assert!(e.contains("worker.response_cache"), "{e}");
 }
 
 #[test]

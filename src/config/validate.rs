@@ -864,6 +864,7 @@ fn worker(
             0,
             Some(d::MAX_CONCURRENCY),
         )?,
+        response_cache: raw.response_cache.unwrap_or(true),
     })
 }
 

@@ -81,6 +81,9 @@ bulk_concurrency = 1
 cache_dir = "{cache}"
 metrics_listen = "127.0.0.1:0"
 shutdown_grace_seconds = 5
+# Scenarios run the same work many times and count what the provider is asked: the response
+# cache (on in production) is turned on by the tests that are about it.
+response_cache = false
 
 [retry]
 budget = 1

@@ -159,6 +159,10 @@ pub struct WorkerMetrics {
     /// `verdict_provider_responses_reused_total{provider}`: answers taken from the journal of
     /// an earlier delivery instead of paying again (E7).
     pub responses_reused: IntCounterVec,
+    /// `verdict_response_cache_total{stage, result}`: the response cache (X3) per stage —
+    /// `hit` (answered without a provider call), `miss`, `stored` (an accepted answer kept),
+    /// `error` (the cache unreachable: the provider is called as if it missed).
+    pub response_cache: IntCounterVec,
     /// `verdict_tool_calls_total{tool, result}`; result `ok`, `error` or `not_executed`.
     pub tool_calls: IntCounterVec,
     /// `verdict_findings_grounded_total{stage, model, outcome}`: findings of final answers by
@@ -317,6 +321,13 @@ impl WorkerMetrics {
                 ),
                 &["provider"],
             )?,
+            response_cache: IntCounterVec::new(
+                Opts::new(
+                    "verdict_response_cache_total",
+                    "Response cache lookups and stores by stage and result (hit, miss, stored, error).",
+                ),
+                &["stage", "result"],
+            )?,
             tool_calls: IntCounterVec::new(
                 Opts::new(
                     "verdict_tool_calls_total",
@@ -358,6 +369,7 @@ impl WorkerMetrics {
         registry.register(Box::new(m.rate_limit_pauses.clone()))?;
         registry.register(Box::new(m.rate_limiter_unavailable.clone()))?;
         registry.register(Box::new(m.responses_reused.clone()))?;
+        registry.register(Box::new(m.response_cache.clone()))?;
         registry.register(Box::new(m.tool_calls.clone()))?;
         registry.register(Box::new(m.findings_grounded.clone()))?;
         registry.register(Box::new(m.deliveries.clone()))?;
@@ -384,6 +396,9 @@ impl WorkerMetrics {
                 ]);
             }
             self.deadline_finalisations.with_label_values(&[stage]);
+            for result in ["hit", "miss", "stored", "error"] {
+                self.response_cache.with_label_values(&[stage, result]);
+            }
         }
         for protocol in ProtocolId::ALL.map(ProtocolId::as_str) {
             self.repair_consistency_warnings

@@ -129,6 +129,7 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
             repositories: Arc::new(MemoryRepositorySource::new()),
             inputs: store.clone(),
             journal: store.clone(),
+            cache: store.clone(),
             transcripts: store.clone(),
             events: store.clone(),
             limiter: Arc::new(verdict_backends::ratelimit::memory::MemoryRateLimiter::new()),

@@ -158,6 +158,7 @@ fn rig(steps: Vec<Step>, settings: ExecutorSettings) -> Rig {
         repositories: Arc::new(repositories),
         inputs: store.clone(),
         journal: store.clone(),
+        cache: store.clone(),
         transcripts: store.clone(),
         events: store.clone(),
         limiter: limiter.clone(),

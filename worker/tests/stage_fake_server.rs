@@ -101,6 +101,7 @@ async fn env_with(
         repositories: Arc::new(repositories()),
         inputs: store.clone(),
         journal: store.clone(),
+        cache: store.clone(),
         transcripts: store.clone(),
         events: store.clone(),
         limiter: Arc::new(verdict_backends::ratelimit::memory::MemoryRateLimiter::new()),

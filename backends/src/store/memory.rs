@@ -15,9 +15,9 @@ use verdict_proto::transcript::Transcript;
 use verdict_proto::wire::{EventType, ProgressEvent, StageResult};
 
 use super::{
-    CancelSignals, Claim, DocumentStore, EventLog, EventSink, InputError, InputStore, JournalError,
-    ResponseJournal, ResultStore, StageState, StoreError, StoredEvent, TranscriptError,
-    TranscriptStore, Versioned, content_hash,
+    CacheError, CachedAnswer, CancelSignals, Claim, DocumentStore, EventLog, EventSink, InputError,
+    InputStore, JournalError, ResponseCache, ResponseJournal, ResultStore, StageState, StoreError,
+    StoredEvent, TranscriptError, TranscriptStore, Versioned, content_hash,
 };
 use crate::BoxFuture;
 
@@ -46,6 +46,7 @@ struct State {
     sets: HashMap<String, BTreeSet<String>>,
     inputs: HashMap<String, Vec<u8>>,
     journal: HashMap<String, ChatResponse>,
+    answers: HashMap<String, CachedAnswer>,
     /// In the order they were first stored; one per task, stage and attempt.
     transcripts: Vec<Transcript>,
 }
@@ -451,6 +452,28 @@ impl ResponseJournal for MemoryStore {
         self.state()
             .journal
             .insert(key.to_owned(), response.clone());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl ResponseCache for MemoryStore {
+    fn get_answer<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<CachedAnswer>, CacheError>> {
+        let found = self.state().answers.get(key).cloned();
+        Box::pin(async move { Ok(found) })
+    }
+
+    fn put_answer<'a>(
+        &'a self,
+        key: &'a str,
+        answer: &'a CachedAnswer,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        self.state()
+            .answers
+            .entry(key.to_owned())
+            .or_insert_with(|| answer.clone());
         Box::pin(async { Ok(()) })
     }
 }

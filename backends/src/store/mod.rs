@@ -11,6 +11,7 @@ use verdict_proto::wire::{ProgressEvent, StageResult};
 
 use crate::BoxFuture;
 
+mod cache;
 mod events;
 mod inputs;
 mod journal;
@@ -18,6 +19,7 @@ pub mod memory;
 pub mod redis;
 mod transcripts;
 
+pub use cache::{CacheError, CachedAnswer, ResponseCache};
 pub use events::{EventSink, event};
 pub use inputs::{InputError, InputStore, ResolvedInput, content_hash, resolve};
 pub use journal::{JournalError, ResponseJournal};
@@ -205,6 +207,7 @@ pub trait StateStore:
     + DocumentStore
     + InputStore
     + ResponseJournal
+    + ResponseCache
     + TranscriptStore
 {
 }
@@ -216,6 +219,7 @@ impl<T> StateStore for T where
         + DocumentStore
         + InputStore
         + ResponseJournal
+        + ResponseCache
         + TranscriptStore
 {
 }

@@ -47,7 +47,9 @@ use crate::tools::{ToolBox, ToolLimits};
 use verdict_backends::clock::Clock;
 use verdict_backends::ratelimit::RateLimiter;
 use verdict_backends::repo::RepositorySource;
-use verdict_backends::store::{EventSink, InputStore, ResponseJournal, TranscriptStore};
+use verdict_backends::store::{
+    CachedAnswer, EventSink, InputStore, ResponseCache, ResponseJournal, TranscriptStore,
+};
 use verdict_proto::transcript::Transcript;
 
 use call::{Failure, Route};
@@ -112,6 +114,9 @@ pub struct ExecutorDeps {
     pub repositories: Arc<dyn RepositorySource>,
     pub inputs: Arc<dyn InputStore>,
     pub journal: Arc<dyn ResponseJournal>,
+    /// Accepted answers of identical work (X3); consulted when
+    /// [`ExecutorSettings::response_cache`] is on.
+    pub cache: Arc<dyn ResponseCache>,
     pub transcripts: Arc<dyn TranscriptStore>,
     pub events: Arc<dyn EventSink>,
     /// The pool's rate limits (SPEC Q3); called only for providers and models with limits in
@@ -134,6 +139,10 @@ pub struct ExecutorSettings {
     pub rate_limits: RateLimits,
     /// Token prices per provider, for `verdict_provider_cost_usd_total`.
     pub prices: crate::metrics::Prices,
+    /// Whether identical work is answered from [`ExecutorDeps::cache`] (X3). Off by default here
+    /// (a test that runs the same stage twice expects two answers); the configuration turns it
+    /// on (`worker.response_cache`).
+    pub response_cache: bool,
 }
 
 impl Default for ExecutorSettings {
@@ -145,6 +154,7 @@ impl Default for ExecutorSettings {
             preview_chars: 500,
             rate_limits: RateLimits::default(),
             prices: crate::metrics::Prices::default(),
+            response_cache: false,
         }
     }
 }
@@ -360,6 +370,21 @@ impl StageExecutor {
             .cloned()
             .unwrap_or_default();
 
+        let cache_key = self.settings.response_cache.then(|| {
+            crate::cache::key(
+                request,
+                provider.name(),
+                &model,
+                &messages,
+                boundary.token(),
+            )
+        });
+        if let Some(key) = &cache_key
+            && let Some(hit) = self.cached(request, key).await
+        {
+            return hit;
+        }
+
         let tree = ground::tree_for(request.protocol, snapshot.as_ref());
         let mut ctx = CallContext {
             deps: &self.deps,
@@ -388,12 +413,101 @@ impl StageExecutor {
             ),
         };
         let usage = conv.usage();
+        let model = (usage.calls > 0).then(|| ctx.route.model().to_owned());
+        // Only an answer paid for in full is kept: not one forced out by the soft deadline
+        // (finalised without tools), which the same work with time left would not give.
+        if let (Some(key), StageOutcome::Ok { .. }, Some(model), false) =
+            (&cache_key, &outcome, &model, conv.deadline.is_finalised())
+        {
+            self.keep(request, key, &outcome, model, usage).await;
+        }
         Ran {
             outcome,
             requeue_after,
             usage,
-            model: (usage.calls > 0).then(|| ctx.route.model().to_owned()),
+            model,
         }
+    }
+
+    /// The cached answer of identical work, as this stage's outcome (no call made, nothing
+    /// spent); `None` on a miss or when the cache does not answer.
+    async fn cached(&self, request: &StageRequest, key: &str) -> Option<Ran> {
+        let counter = |result: &str| {
+            self.deps
+                .metrics
+                .response_cache
+                .with_label_values(&[request.stage.as_str(), result])
+                .inc();
+        };
+        match self.deps.cache.get_answer(key).await {
+            Ok(Some(answer)) => {
+                counter("hit");
+                tracing::info!(
+                    key,
+                    model = %answer.model,
+                    "answered from the response cache"
+                );
+                Some(Ran {
+                    outcome: StageOutcome::Ok {
+                        value: answer.value,
+                        repaired: answer.repaired,
+                        attempts: answer.attempts,
+                    },
+                    requeue_after: None,
+                    usage: Usage::default(),
+                    model: Some(answer.model),
+                })
+            }
+            Ok(None) => {
+                counter("miss");
+                None
+            }
+            Err(e) => {
+                counter("error");
+                tracing::warn!(error = %e, "response cache not read; calling the provider");
+                None
+            }
+        }
+    }
+
+    /// Keeps an accepted answer for identical work later; a failure costs only a later call.
+    async fn keep(
+        &self,
+        request: &StageRequest,
+        key: &str,
+        outcome: &StageOutcome,
+        model: &str,
+        usage: Usage,
+    ) {
+        let StageOutcome::Ok {
+            value,
+            repaired,
+            attempts,
+        } = outcome
+        else {
+            return;
+        };
+        let answer = CachedAnswer {
+            value: value.clone(),
+            model: model.to_owned(),
+            repaired: *repaired,
+            attempts: *attempts,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            stored_unix_ms: self.deps.clock.now_unix_ms(),
+        };
+        let result = match self.deps.cache.put_answer(key, &answer).await {
+            Ok(()) => "stored",
+            Err(e) => {
+                tracing::warn!(error = %e, "answer not kept in the response cache");
+                "error"
+            }
+        };
+        self.deps
+            .metrics
+            .response_cache
+            .with_label_values(&[request.stage.as_str(), result])
+            .inc();
     }
 }
 

@@ -61,6 +61,7 @@ pub fn rig_over(
         repositories: Arc::new(repositories),
         inputs: store.clone(),
         journal: store.clone(),
+        cache: store.clone(),
         transcripts: store.clone(),
         events: store.clone(),
         limiter: Arc::new(MemoryRateLimiter::new()),

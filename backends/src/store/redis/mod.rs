@@ -25,12 +25,14 @@
 //! | `P set:{name}` | set | none |
 //! | `P input:{sha256}` | string: bytes | `input_ttl` |
 //! | `P journal:{call key}` | string: JSON `ChatResponse` | `journal_ttl` |
+//! | `P cache:{cache key}` | string: JSON `CachedAnswer` | `response_cache_ttl` |
 //! | `P transcript:{task}:{stage}:{attempt}` | string: JSON `Transcript` | `transcript_ttl` |
 //! | `P transcripts:{task}` | set of transcript keys (the read-back index) | `transcript_ttl` |
 //!
 //! Scripts touch several keys of one task, so the layout suits one Redis (or Sentinel), not
 //! Redis Cluster.
 
+mod cache;
 mod cancel;
 mod documents;
 mod events;
@@ -71,6 +73,8 @@ pub struct RedisConfig {
     pub transcript_ttl: Duration,
     /// Retention of provider responses for reuse on redelivery (E7). Default 2 days.
     pub journal_ttl: Duration,
+    /// Retention of accepted stage answers for identical work (X3). Default 7 days.
+    pub response_cache_ttl: Duration,
     /// Retention of content-addressed stage inputs. Default 7 days.
     pub input_ttl: Duration,
     /// How long a cancellation mark is kept. Default 7 days.
@@ -97,6 +101,7 @@ impl Default for RedisConfig {
             claim_ttl: Duration::from_secs(5 * 60),
             transcript_ttl: 14 * DAY,
             journal_ttl: 2 * DAY,
+            response_cache_ttl: 7 * DAY,
             input_ttl: 7 * DAY,
             cancel_ttl: 7 * DAY,
             document_ttl: Some(30 * DAY),
@@ -128,6 +133,7 @@ impl RedisConfig {
             ("claim_ttl", self.claim_ttl),
             ("transcript_ttl", self.transcript_ttl),
             ("journal_ttl", self.journal_ttl),
+            ("response_cache_ttl", self.response_cache_ttl),
             ("input_ttl", self.input_ttl),
             ("cancel_ttl", self.cancel_ttl),
             ("event_ttl", self.event_ttl),
@@ -166,6 +172,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("claim_ttl", &self.claim_ttl)
             .field("transcript_ttl", &self.transcript_ttl)
             .field("journal_ttl", &self.journal_ttl)
+            .field("response_cache_ttl", &self.response_cache_ttl)
             .field("input_ttl", &self.input_ttl)
             .field("cancel_ttl", &self.cancel_ttl)
             .field("document_ttl", &self.document_ttl)
