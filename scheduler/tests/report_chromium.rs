@@ -220,12 +220,14 @@ fn rendered_text(dom: &str) -> String {
     let body = &dom[dom.find("<body").unwrap()..];
     let body = &body[..body.find("<script").unwrap_or(body.len())];
     let spaced = body
+        .replace('\n', " ")
         .replace("</tr>", "\n")
         .replace("</td>", " | ")
         .replace("</th>", " | ")
         .replace("</h1>", "\n")
         .replace("</h2>", "\n")
         .replace("</p>", "\n")
+        .replace("</table>", "\n")
         .replace("</summary>", "\n");
     strip_tags(&spaced)
         .replace("&lt;", "<")

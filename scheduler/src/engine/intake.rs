@@ -737,6 +737,34 @@ mod tests {
         assert_eq!(started.failure_kind, None);
     }
 
+    /// SPEC S4, X4: intake lists the commit's files, skips what is not to be scanned with its
+    /// reason, and tells the scan stage which files are its own.
+    #[tokio::test(start_paused = true)]
+    async fn a_scan_lists_its_files_and_tells_the_stage_which_are_its_own() {
+        let fx = Fixture::new();
+        let task = fx.queued_scan().await;
+
+        fx.parts.intake.start(&task.id).await;
+
+        let started = fx.load(&task.id).await;
+        assert_eq!(started.coverage.files_total, 2);
+        assert_eq!(started.coverage.files_reviewed, ["src/cart.rs"]);
+        let skipped = &started.coverage.files_not_reviewed;
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(
+            (skipped[0].path.as_str(), skipped[0].kind),
+            (
+                "vendor/lib/x.go",
+                Some(crate::document::SkipReason::Vendored)
+            )
+        );
+        let request = &started.stage("scan").unwrap().request;
+        let verdict_proto::wire::InputContent::Inline { text } = &request.inputs[0].content else {
+            panic!("the scan request is inline");
+        };
+        assert_eq!(text.lines().skip(1).collect::<Vec<_>>(), ["src/cart.rs"]);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_revision_that_does_not_exist_is_the_requests_mistake() {
         let fx = Fixture::new();
