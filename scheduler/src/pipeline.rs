@@ -635,7 +635,8 @@ fn after_scan_shard(task: &mut TaskRecord, now: u64, fx: &mut Effects) {
             "The scan could not produce a result in the required format, so no score and no findings are given.",
             "扫描未能按要求的格式给出结果，因此不给出评分和问题列表。",
         );
-        let v = json!({"overall_score": null, "summary": summary, "findings": [], "degraded": true});
+        let v =
+            json!({"overall_score": null, "summary": summary, "findings": [], "degraded": true});
         return degrade(task, v, &error, now, fx);
     }
     let merged = crate::scan_merge::merge(&answers);

@@ -31,7 +31,9 @@ pub struct Merged {
 /// one, else the same computation over its file (or the file it reported) and title.
 pub fn fingerprint(finding: &Value) -> String {
     let note = finding.get(NOTE_KEY);
-    if let Some(fp) = note.and_then(|n| n.get("fingerprint")).and_then(Value::as_str)
+    if let Some(fp) = note
+        .and_then(|n| n.get("fingerprint"))
+        .and_then(Value::as_str)
         && !fp.is_empty()
         && fp.len() <= 64
         && fp.bytes().all(|b| b.is_ascii_alphanumeric())
@@ -92,7 +94,12 @@ pub fn merge(answers: &[ShardAnswer<'_>]) -> Merged {
             findings.extend(list.iter().cloned());
         }
         let summary = a.value.get("summary").and_then(Value::as_str).unwrap_or("");
-        summaries.push(format!("{} ({} files): {}", a.stage, a.files, summary.trim()));
+        summaries.push(format!(
+            "{} ({} files): {}",
+            a.stage,
+            a.files,
+            summary.trim()
+        ));
         shards.push(json!({
             "stage": a.stage,
             "files": a.files,
@@ -192,7 +199,10 @@ mod tests {
                 finding("src/b.rs", 9, "Unbounded loop", "major"),
             ],
         );
-        let b = answer(70, vec![finding("src/a.rs", 3, "sql  injection!", "critical")]);
+        let b = answer(
+            70,
+            vec![finding("src/a.rs", 3, "sql  injection!", "critical")],
+        );
         let answers = [
             ShardAnswer {
                 stage: "scan-1",

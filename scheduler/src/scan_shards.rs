@@ -265,7 +265,10 @@ mod tests {
             (file("src/main.rs", 10), None),
             (file("docs/a/b.md", 10), Some(SkipReason::Excluded)),
             (file("vendor/x/y.go", 10), Some(SkipReason::Vendored)),
-            (file("web/node_modules/a.js", 10), Some(SkipReason::Vendored)),
+            (
+                file("web/node_modules/a.js", 10),
+                Some(SkipReason::Vendored),
+            ),
             (file("Cargo.lock", 10), Some(SkipReason::Generated)),
             (file("web/app.min.js", 10), Some(SkipReason::Generated)),
             (file("api/x.pb.go", 10), Some(SkipReason::Generated)),

@@ -79,8 +79,10 @@ fn document(
         github: None,
         publication: None,
         trace_id: None,
-        result: Some(json!({"overall_score": score, "summary": "s", "findings": findings,
-                            "degraded": state == TaskState::Degraded})),
+        result: Some(
+            json!({"overall_score": score, "summary": "s", "findings": findings,
+                            "degraded": state == TaskState::Degraded}),
+        ),
         stages: vec![],
         events: vec![],
         coverage: Coverage {
@@ -111,9 +113,27 @@ fn sample() -> OrgReport {
                 TaskState::Completed,
                 Some(62),
                 json!([
-                    finding("critical", "security", "src/db.rs", 12, "SQL built from input"),
-                    finding("major", "reliability", "src/retry.rs", 40, "Unbounded retries"),
-                    finding("minor", "performance", "src/cache.rs", 7, "Cache never evicts"),
+                    finding(
+                        "critical",
+                        "security",
+                        "src/db.rs",
+                        12,
+                        "SQL built from input"
+                    ),
+                    finding(
+                        "major",
+                        "reliability",
+                        "src/retry.rs",
+                        40,
+                        "Unbounded retries"
+                    ),
+                    finding(
+                        "minor",
+                        "performance",
+                        "src/cache.rs",
+                        7,
+                        "Cache never evicts"
+                    ),
                     finding("minor", "maintainability", "src/lib.rs", 1, "Dead module"),
                 ]),
                 120,
@@ -133,8 +153,13 @@ fn sample() -> OrgReport {
                 "https://github.com/acme/web",
                 TaskState::Completed,
                 Some(91),
-                json!([finding("suggestion", "architecture", "app/main.ts", 3,
-                               "<script>alert('x')</script> in a title")]),
+                json!([finding(
+                    "suggestion",
+                    "architecture",
+                    "app/main.ts",
+                    3,
+                    "<script>alert('x')</script> in a title"
+                )]),
                 300,
                 &[
                     ("web/node_modules/x/index.js", SkipReason::Vendored),
@@ -168,7 +193,13 @@ fn sample() -> OrgReport {
                 TaskState::Completed,
                 Some(35),
                 json!([
-                    finding("critical", "security", "tf/iam.tf", 5, "Wildcard IAM policy"),
+                    finding(
+                        "critical",
+                        "security",
+                        "tf/iam.tf",
+                        5,
+                        "Wildcard IAM policy"
+                    ),
                     finding("critical", "security", "tf/s3.tf", 9, "Public bucket"),
                 ]),
                 42,
@@ -286,7 +317,10 @@ fn the_report_shows_in_chromium_the_numbers_of_its_json_and_sorts() {
             "{name}"
         );
         assert_eq!(cells["tokens"], r["tokens"].to_string(), "{name}");
-        assert_eq!(cells["state"].starts_with(r["state"].as_str().unwrap()), true);
+        assert_eq!(
+            cells["state"].starts_with(r["state"].as_str().unwrap()),
+            true
+        );
 
         // The repository's own section: its skipped files by reason, and its findings' links.
         let section_start = dom

@@ -29,7 +29,12 @@ const FILES: usize = 2_000;
 fn git(repo: &Path, home: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(["-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"])
+        .args([
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "core.hooksPath=/dev/null",
+        ])
         .args(args)
         .current_dir(repo)
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -61,7 +66,11 @@ fn generate(repo: &Path) -> BTreeMap<String, SkipReason> {
     for i in 0..1_700 {
         // 1–2 KB of source each, varying so shards are not all alike.
         let body = format!("fn f{i}() -> u32 {{ {i} }}\n").repeat(40 + i % 40);
-        put(format!("src/m{:02}/f{i:04}.rs", i / 100), body.into_bytes(), None);
+        put(
+            format!("src/m{:02}/f{i:04}.rs", i / 100),
+            body.into_bytes(),
+            None,
+        );
     }
     for i in 0..50 {
         put(
@@ -207,7 +216,11 @@ async fn a_two_thousand_file_repository_is_sharded_and_every_skipped_file_is_lis
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
-    git(&repo, dir.path(), &["init", "--quiet", "--initial-branch=main"]);
+    git(
+        &repo,
+        dir.path(),
+        &["init", "--quiet", "--initial-branch=main"],
+    );
     let expected_skips = generate(&repo);
     git(&repo, dir.path(), &["add", "--all"]);
     git(&repo, dir.path(), &["commit", "--quiet", "-m", "big"]);
@@ -349,7 +362,11 @@ async fn a_two_thousand_file_repository_is_sharded_and_every_skipped_file_is_lis
         .collect();
     assert_eq!(not_scanned.len(), expected_skips.len() + last.files.len());
     for path in &last.files {
-        assert_eq!(not_scanned[path.as_str()], SkipReason::ShardFailed, "{path}");
+        assert_eq!(
+            not_scanned[path.as_str()],
+            SkipReason::ShardFailed,
+            "{path}"
+        );
         assert!(!task.coverage.files_reviewed.contains(path));
     }
     assert_eq!(

@@ -59,8 +59,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let built = report::build(&organisation, &members, now);
     let page = report::html(&built)?;
     let json = serde_json::to_string_pretty(&built).context("serialise the report")?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("create {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
     let json_path = args.out.join("report.json");
     let html_path = args.out.join("report.html");
     std::fs::write(&json_path, json + "\n")

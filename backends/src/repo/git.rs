@@ -79,9 +79,7 @@ use verdict_proto::wire::RepositoryRef;
 
 use super::cache::{self, CacheStats, SnapshotCache};
 use super::scratch::ScratchDir;
-use super::{
-    Change, GitCredentials, RepoError, RepoFile, RepositorySource, Snapshot, redact_url,
-};
+use super::{Change, GitCredentials, RepoError, RepoFile, RepositorySource, Snapshot, redact_url};
 use crate::BoxFuture;
 
 /// Git variables a worker may inherit that would point git at another repository.

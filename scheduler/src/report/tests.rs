@@ -38,8 +38,10 @@ pub fn scan_document(
         github: None,
         publication: None,
         trace_id: None,
-        result: Some(json!({"overall_score": score, "summary": "s", "findings": findings,
-                            "degraded": score.is_none()})),
+        result: Some(
+            json!({"overall_score": score, "summary": "s", "findings": findings,
+                            "degraded": score.is_none()}),
+        ),
         stages: vec![],
         events: vec![],
         coverage: Coverage {
@@ -128,7 +130,10 @@ fn links_follow_the_repositorys_host_and_only_https_repositories_have_them() {
         .as_deref(),
         Some("https://github.com/o/r/blob/abc/dir/my%20file%231.rs#L4-L4")
     );
-    assert_eq!(file_link("/srv/repos/r", "abc", "a.rs", Some(1), Some(1)), None);
+    assert_eq!(
+        file_link("/srv/repos/r", "abc", "a.rs", Some(1), Some(1)),
+        None
+    );
     assert_eq!(
         file_link("https://github.com/o", "abc", "a.rs", None, None),
         None
@@ -170,7 +175,11 @@ fn untrusted_text_in_the_page_is_escaped() {
     );
     assert!(!page.contains("<img src=x>"));
     assert!(!page.contains("acme <b>"));
-    assert_eq!(page.matches("<script>").count(), 1, "only the page's own script");
+    assert_eq!(
+        page.matches("<script>").count(),
+        1,
+        "only the page's own script"
+    );
     assert!(
         !page.contains("<link") && !page.contains(" src=\""),
         "no external assets"
