@@ -36,6 +36,8 @@ enum Command {
     Submit(commands::submit::Args),
     /// Follow a task's progress as readable milestones until it ends.
     Tail(commands::tail::Args),
+    /// Write the organisation report (report.json, report.html) of finished scan tasks.
+    Report(commands::report::Args),
     /// Run the scheduler: the HTTP API, pipelines, results and sweeper (RabbitMQ + Redis).
     Scheduler(commands::scheduler::Args),
     /// Run a worker: consume stage requests and execute them (RabbitMQ + Redis).
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Command::Contract(args) => commands::contract::run(args),
         Command::Submit(args) => commands::submit::run(args),
         Command::Tail(args) => commands::tail::run(args),
+        Command::Report(args) => commands::report::run(args),
         Command::Scheduler(args) => commands::scheduler::run(args),
         Command::Worker(args) => commands::worker::run(args),
         Command::Dev(args) => commands::dev::run(args),

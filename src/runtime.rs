@@ -249,6 +249,7 @@ fn pipeline_settings(config: &Config) -> PipelineSettings {
         stages,
         issue_categories: config.issue_categories.clone(),
         ignore_paths: config.pipeline.ignore_paths.clone(),
+        scan: config.scan.clone(),
     }
 }
 

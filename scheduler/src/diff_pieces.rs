@@ -84,9 +84,11 @@ pub async fn prepare(
                 f.excluded.as_ref().map(|reason| NotReviewed {
                     path: f.path.clone(),
                     reason: reason.clone(),
+                    kind: None,
                 })
             })
             .collect(),
+        shards_failed: Vec::new(),
     };
     Ok(PreparedDiff {
         files,

@@ -82,11 +82,81 @@ pub struct Coverage {
     pub files_reviewed: Vec<String>,
     /// Files left out (budget, binary, deleted), each with the reason.
     pub files_not_reviewed: Vec<NotReviewed>,
+    /// A sharded scan's shards whose answer never followed the protocol (their files are in
+    /// `files_not_reviewed` with kind `shard_failed`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards_failed: Vec<FailedShard>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NotReviewed {
     pub path: String,
+    pub reason: String,
+    /// The reason's class, for a scan's files (SPEC X4); reviews say it in `reason` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<SkipReason>,
+}
+
+impl NotReviewed {
+    /// A file a scan did not look at, with the class of the reason and its words.
+    pub fn skipped(path: &str, kind: SkipReason, reason: String) -> NotReviewed {
+        NotReviewed {
+            path: path.to_owned(),
+            reason,
+            kind: Some(kind),
+        }
+    }
+}
+
+/// Why a scan left a file out (SPEC X4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// Someone else's code checked in (`vendor/`, `node_modules/`, `third_party/`…).
+    Vendored,
+    /// Written by a tool (lockfiles, minified bundles, protobuf code…).
+    Generated,
+    Binary,
+    /// Over `scan.max_file_bytes`.
+    TooLarge,
+    /// Matched by `scan.exclude`, or a symbolic link.
+    Excluded,
+    /// Beyond `scan.max_shards`.
+    OverBudget,
+    /// In a shard whose scan answer never followed the protocol.
+    ShardFailed,
+}
+
+impl SkipReason {
+    pub const ALL: [SkipReason; 7] = [
+        SkipReason::Vendored,
+        SkipReason::Generated,
+        SkipReason::Binary,
+        SkipReason::TooLarge,
+        SkipReason::Excluded,
+        SkipReason::OverBudget,
+        SkipReason::ShardFailed,
+    ];
+
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::Vendored => "vendored",
+            SkipReason::Generated => "generated",
+            SkipReason::Binary => "binary",
+            SkipReason::TooLarge => "too_large",
+            SkipReason::Excluded => "excluded",
+            SkipReason::OverBudget => "over_budget",
+            SkipReason::ShardFailed => "shard_failed",
+        }
+    }
+}
+
+/// A scan shard that produced no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedShard {
+    pub stage: String,
+    pub files: usize,
     pub reason: String,
 }
 

@@ -7,6 +7,9 @@
 //!   task records, intake, transitions, progress, the outbox, the results loop and the sweeper,
 //!   all on the broker and store traits.
 //! - [`diff_pieces`]: a review's diff cut into per-file pieces stored by hash, with coverage.
+//! - [`scan_shards`]: a scan's files classified (scanned or skipped with a reason) and packed
+//!   into shards by a token budget.
+//! - [`scan_merge`]: the shards' scan answers merged into one result.
 //! - [`task`]: the task record (one versioned document per task).
 //! - [`pipeline`]: S1–S7 as a pure state machine over the record.
 //! - [`result`]: result models and the multi-stage result policy.
@@ -14,6 +17,7 @@
 //! - [`document`]: the task document the API returns.
 //! - [`publication`]: what a finished task says on GitHub — the review (event, inline comments
 //!   inside the diff safety zone, the body), the issue comment and labels, the commit status.
+//! - [`report`]: the organisation report of a batch of scans, as JSON and as an HTML page.
 //! - [`metrics`]: every scheduler metric.
 //! - [`api`]: the HTTP API over a `TaskService` (axum router).
 //! - [`webhook`]: GitHub webhook deliveries verified and read into submissions.
@@ -30,7 +34,10 @@ pub mod metrics;
 pub mod milestone;
 pub mod pipeline;
 pub mod publication;
+pub mod report;
 pub mod result;
+pub mod scan_merge;
+pub mod scan_shards;
 pub mod service;
 pub mod task;
 pub mod webhook;

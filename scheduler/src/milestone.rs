@@ -334,7 +334,9 @@ mod tests {
                 files_not_reviewed: vec![NotReviewed {
                     path: "big.bin".into(),
                     reason: "binary".into(),
+                    kind: None,
                 }],
+                shards_failed: Vec::new(),
             },
             timings: Timings::default(),
             usage: Default::default(),

@@ -50,6 +50,9 @@ pub struct PipelineSettings {
     /// Globs of changed files a review leaves out (listed as not reviewed, with the pattern).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignore_paths: Vec<String>,
+    /// How a scan shards its repository (`[scan]`).
+    #[serde(default)]
+    pub scan: crate::scan_shards::ScanSettings,
 }
 
 /// A progress event to emit, before the engine stamps it with task id and time.
@@ -153,9 +156,55 @@ pub fn start(task: &mut TaskRecord, now: u64) -> Effects {
             now,
             &mut fx,
         ),
-        PipelineKind::Scan => plan(task, StageKind::Scan, "scan", true, now, &mut fx),
+        PipelineKind::Scan => plan_scan(task, now, &mut fx),
     }
     fx
+}
+
+/// A scan's stages: one per shard intake packed (SPEC S4), all at once; a scan whose files were
+/// never listed gets one stage over the whole repository, and one with no file to scan is
+/// skipped without asking a model.
+fn plan_scan(task: &mut TaskRecord, now: u64, fx: &mut Effects) {
+    let Some(shards) = task.inputs.scan_shards.clone() else {
+        return plan(task, StageKind::Scan, "scan", true, now, fx);
+    };
+    if shards.is_empty() {
+        let reason = task
+            .language
+            .pick(
+                "no file to scan: every file of the repository was skipped (see the coverage)",
+                "没有可扫描的文件：仓库的所有文件都被跳过（见覆盖范围）",
+            )
+            .to_owned();
+        return finish(task, TaskState::Skipped, reason, None, now, fx);
+    }
+    let commit = task
+        .repository
+        .as_ref()
+        .map(|r| r.commit.clone())
+        .unwrap_or_default();
+    let count = shards.len();
+    for (k, shard) in shards.iter().enumerate() {
+        let id = crate::scan_shards::stage_id(k, count);
+        let mut text = if count == 1 {
+            format!(
+                "Scan the repository at commit {commit} using the tools. These are the files to scan ({} files); report findings in them only, and read other files only for context:\n",
+                shard.files.len()
+            )
+        } else {
+            format!(
+                "Scan part {} of {count} of the repository at commit {commit} using the tools. Other scans cover the other parts. These are this part's files ({} files); report findings in them only, and read other files only for context:\n",
+                k + 1,
+                shard.files.len()
+            )
+        };
+        for path in &shard.files {
+            text.push_str(path);
+            text.push('\n');
+        }
+        let inputs = vec![inline("scan request", text)];
+        plan_with(task, StageKind::Scan, &id, true, inputs, now, fx);
+    }
 }
 
 /// Ends a task that could not even start (repository unreachable, bad revision): `incomplete`,
@@ -509,6 +558,9 @@ fn after_issue_analysis(task: &mut TaskRecord, outcome: &StageOutcome, now: u64,
 }
 
 fn after_scan(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &mut Effects) {
+    if task.inputs.scan_shards.is_some() {
+        return after_scan_shard(task, now, fx);
+    }
     match outcome {
         StageOutcome::Ok { value, .. } => {
             // Passed through as the scan wrote it (with its grounding notes), minus repeats.
@@ -536,6 +588,103 @@ fn after_scan(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &mut 
         }
         StageOutcome::ExecutionFailure { .. } => {}
     }
+}
+
+/// Once every shard has answered: the valid answers merged (`scan_merge`). Shards whose answer
+/// never followed the protocol leave their files listed as not scanned, and the result says how
+/// many; when no shard answered validly the scan degrades (SPEC 2a: no score, no findings).
+fn after_scan_shard(task: &mut TaskRecord, now: u64, fx: &mut Effects) {
+    let shards = task.inputs.scan_shards.clone().unwrap_or_default();
+    let count = shards.len();
+    let stages: Vec<(String, &crate::scan_shards::ScanShard)> = shards
+        .iter()
+        .enumerate()
+        .map(|(k, s)| (crate::scan_shards::stage_id(k, count), s))
+        .collect();
+    let done = stages.iter().all(|(id, _)| {
+        task.stage(id)
+            .is_some_and(|s| s.status == StageStatus::Done)
+    });
+    if !done {
+        return;
+    }
+    let mut answers = Vec::new();
+    let mut failed: Vec<(String, &crate::scan_shards::ScanShard, String)> = Vec::new();
+    for (id, shard) in &stages {
+        match task.stage(id).and_then(|s| s.outcome.as_ref()) {
+            Some(StageOutcome::Ok { value, .. }) => answers.push(crate::scan_merge::ShardAnswer {
+                stage: id,
+                files: shard.files.len(),
+                tokens: shard.tokens,
+                value,
+            }),
+            Some(StageOutcome::InvalidOutput { error, .. }) => failed.push((
+                id.clone(),
+                shard,
+                verdict_proto::redact::safe_preview(error, 300),
+            )),
+            _ => failed.push((id.clone(), shard, "no answer".to_owned())),
+        }
+    }
+    if answers.is_empty() {
+        let error = failed
+            .first()
+            .map(|(_, _, e)| e.clone())
+            .unwrap_or_default();
+        let summary = task.language.pick(
+            "The scan could not produce a result in the required format, so no score and no findings are given.",
+            "扫描未能按要求的格式给出结果，因此不给出评分和问题列表。",
+        );
+        let v =
+            json!({"overall_score": null, "summary": summary, "findings": [], "degraded": true});
+        return degrade(task, v, &error, now, fx);
+    }
+    let merged = crate::scan_merge::merge(&answers);
+    let first_ok = answers.first().map(|a| a.stage.to_owned());
+    let mut value = merged.value;
+    if let Some(stage) = first_ok {
+        count_merged(task, &stage, merged.merged_findings, fx);
+    }
+    for (id, shard, error) in &failed {
+        let reason = format!("not scanned: the answer of {id} never followed the scan protocol");
+        task.coverage
+            .files_reviewed
+            .retain(|p| !shard.files.contains(p));
+        for path in &shard.files {
+            task.coverage
+                .files_not_reviewed
+                .push(crate::document::NotReviewed::skipped(
+                    path,
+                    crate::document::SkipReason::ShardFailed,
+                    reason.clone(),
+                ));
+        }
+        task.coverage
+            .shards_failed
+            .push(crate::document::FailedShard {
+                stage: id.clone(),
+                files: shard.files.len(),
+                reason: error.clone(),
+            });
+    }
+    task.coverage
+        .files_not_reviewed
+        .sort_by(|a, b| a.path.cmp(&b.path));
+    if let Some(o) = value.as_object_mut()
+        && !failed.is_empty()
+    {
+        o.insert("shards_failed".to_owned(), json!(failed.len()));
+    }
+    mark(&mut value, false);
+    let reason = if failed.is_empty() {
+        "repository scanned".to_owned()
+    } else {
+        format!(
+            "repository scanned; {} of {count} shards gave no valid answer and their files are listed as not scanned",
+            failed.len()
+        )
+    };
+    finish(task, TaskState::Completed, reason, Some(value), now, fx);
 }
 
 fn mark(value: &mut Value, degraded: bool) {

@@ -106,6 +106,10 @@ pub struct TaskInputs {
     /// One line per changed file with its added/removed line counts: what triage looks at.
     #[serde(default)]
     pub diffstat: Option<String>,
+    /// A scan's shards, as intake packed them (one scan stage each); `None` for a scan whose
+    /// files were never listed (one stage over the whole repository).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan_shards: Option<Vec<crate::scan_shards::ScanShard>>,
 }
 
 /// One file's part of the review diff.

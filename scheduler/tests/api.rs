@@ -530,6 +530,11 @@ async fn serve_scheduler() -> Server {
 
     let repositories = Arc::new(MemoryRepositorySource::new());
     repositories.insert_revision(REPO_URL, "HEAD", HEAD_COMMIT);
+    repositories.insert(
+        REPO_URL,
+        HEAD_COMMIT,
+        verdict_backends::repo::MemoryTree::new().file("src/lib.rs", "pub fn f() {}\n"),
+    );
     let (scheduler, registry) = support::memory_scheduler(repositories);
     let auth = ApiAuth::new([Secret::new(TOKEN)]).unwrap();
     let router = api::router(scheduler, auth, registry);

@@ -45,6 +45,7 @@ fn settings(triage: bool, reviewers: u8) -> PipelineSettings {
         stages,
         issue_categories: None,
         ignore_paths: Vec::new(),
+        scan: Default::default(),
     }
 }
 

@@ -101,6 +101,11 @@ pub(super) const MAX_REVIEWERS: i64 = 16;
 pub(super) const MAX_DIFF_BYTES_PER_REVIEWER: i64 = 200_000;
 pub(super) const MAX_DIFF_BYTES: i64 = 1_000_000;
 pub(super) const TRIAGE: bool = true;
+pub(super) const SCAN_SHARD_TOKENS: i64 = 60_000;
+pub(super) const SCAN_MAX_FILE_BYTES: i64 = 200_000;
+pub(super) const SCAN_MAX_SHARDS: i64 = 64;
+/// The most shards `scan.max_shards` may ask for: one scan stage each.
+pub(super) const SCAN_MAX_SHARDS_LIMIT: i64 = 1_000;
 
 pub(super) const PROVIDER_TIMEOUT_SECONDS: i64 = 300;
 pub(super) const PROVIDER_CONNECT_TIMEOUT_SECONDS: i64 = 10;

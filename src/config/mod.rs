@@ -68,6 +68,8 @@ pub struct Config {
     pub worker: WorkerConfig,
     pub retry: RetryPolicy,
     pub pipeline: PipelineConfig,
+    /// `[scan]`: how a repository scan is sharded and which files it skips (SPEC S4, X4).
+    pub scan: verdict_scheduler::scan_shards::ScanSettings,
     /// `[github]`, when the table is present.
     pub github: Option<GitHubConfig>,
     /// `[repositories]`: which repositories tasks may name, and git's time limits.

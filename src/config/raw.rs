@@ -102,6 +102,7 @@ table! {
         worker: Table(RawWorker, WORKER),
         retry: Table(RawRetry, RETRY),
         pipeline: Table(RawPipeline, PIPELINE),
+        scan: Table(RawScan, SCAN),
         github: Table(RawGitHub, GITHUB),
         repositories: Table(RawRepositories, REPOSITORIES),
         providers: Named(RawProvider, PROVIDER, Any),
@@ -201,6 +202,16 @@ table! {
         max_diff_bytes: Int,
         triage: Bool,
         ignore_paths: List,
+    }
+}
+
+table! {
+    /// `[scan]`
+    RawScan, SCAN {
+        shard_tokens: Int,
+        max_file_bytes: Int,
+        max_shards: Int,
+        exclude: List,
     }
 }
 

@@ -885,7 +885,7 @@ fn unknown_keys_list_the_valid_ones() {
     let e = err(&format!("colour = 1\n{BASE}"), &[]);
     assert_eq!(
         e,
-        "config key colour is unknown; valid top-level keys: review_timeout_seconds, protocol_repair_max_attempts, output_language, issue_categories, default_provider, broker, redis, api, scheduler, worker, retry, pipeline, github, repositories, providers, stages"
+        "config key colour is unknown; valid top-level keys: review_timeout_seconds, protocol_repair_max_attempts, output_language, issue_categories, default_provider, broker, redis, api, scheduler, worker, retry, pipeline, scan, github, repositories, providers, stages"
     );
 }
 

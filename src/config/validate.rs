@@ -504,6 +504,7 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
     let worker = worker(raw.worker, ctx, from_file)?;
     let retry = retry(raw.retry, ctx)?;
     let pipeline = pipeline(raw.pipeline, ctx)?;
+    let scan = scan(raw.scan, ctx)?;
     let github = super::github::github(raw.github, ctx)?;
     let repositories = repositories(raw.repositories, github.as_ref(), ctx)?;
     let scheduler = scheduler(raw.scheduler, &repositories, ctx)?;
@@ -600,6 +601,7 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
         worker,
         retry,
         pipeline,
+        scan,
         github,
         repositories,
         providers,
@@ -1046,6 +1048,46 @@ fn pipeline(raw: raw::RawPipeline, ctx: &Ctx<'_>) -> Result<PipelineConfig, Conf
                     "pipeline.ignore_paths",
                     None,
                     format!("{problem}; write globs such as \"docs/**\" or \"*.lock\""),
+                ));
+            }
+            globs
+        },
+    })
+}
+
+fn scan(
+    raw: raw::RawScan,
+    ctx: &Ctx<'_>,
+) -> Result<verdict_scheduler::scan_shards::ScanSettings, ConfigError> {
+    Ok(verdict_scheduler::scan_shards::ScanSettings {
+        shard_tokens: ctx.num(
+            "scan.shard_tokens",
+            raw.shard_tokens,
+            d::SCAN_SHARD_TOKENS,
+            1,
+            None,
+        )?,
+        max_file_bytes: ctx.num(
+            "scan.max_file_bytes",
+            raw.max_file_bytes,
+            d::SCAN_MAX_FILE_BYTES,
+            1,
+            None,
+        )?,
+        max_shards: ctx.num(
+            "scan.max_shards",
+            raw.max_shards,
+            d::SCAN_MAX_SHARDS,
+            1,
+            Some(d::SCAN_MAX_SHARDS_LIMIT),
+        )?,
+        exclude: {
+            let globs = ctx.names("scan.exclude", raw.exclude.unwrap_or_default())?;
+            if let Err(problem) = verdict_scheduler::diff_pieces::IgnoredPaths::new(&globs) {
+                return Err(ctx.err(
+                    "scan.exclude",
+                    None,
+                    format!("{problem}; write globs such as \"docs/**\" or \"*.svg\""),
                 ));
             }
             globs

@@ -183,6 +183,44 @@ async fn each_commit_has_its_own_tree_and_no_history() {
     assert_eq!(fx.snapshot_dirs(), 4);
 }
 
+/// A scan's intake lists a commit's files with sizes and git's binary test (SPEC S4, X4).
+#[tokio::test]
+async fn a_commit_lists_its_files_with_sizes_and_binaries() {
+    let f = Fixture::new(&[&[
+        ("src/lib.rs", "fn one() {}\n"),
+        ("img/logo.png", "PNG\u{0}\u{1}\u{2}"),
+        ("link", "->src/lib.rs"),
+        ("vendor/x/y.go", "package y\n"),
+    ]]);
+    let source = f.source(u64::MAX);
+    let cancel = CancellationToken::new();
+    let files = source.files(&f.local(), "main", &cancel).await.unwrap();
+    let listed: Vec<(&str, u64, bool, bool)> = files
+        .iter()
+        .map(|x| (x.path.as_str(), x.bytes, x.binary, x.symlink))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("img/logo.png", 6, true, false),
+            ("link", 10, false, true),
+            ("src/lib.rs", 12, false, false),
+            ("vendor/x/y.go", 10, false, false),
+        ]
+    );
+    let missing = source
+        .files(
+            &f.local(),
+            "0000000000000000000000000000000000000000",
+            &cancel,
+        )
+        .await;
+    assert!(
+        matches!(missing, Err(RepoError::CommitNotFound { .. })),
+        "{missing:?}"
+    );
+}
+
 #[tokio::test]
 async fn the_change_between_two_revisions_is_their_git_diff() {
     let f = Fixture::two_commits();

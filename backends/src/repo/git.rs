@@ -79,7 +79,7 @@ use verdict_proto::wire::RepositoryRef;
 
 use super::cache::{self, CacheStats, SnapshotCache};
 use super::scratch::ScratchDir;
-use super::{Change, GitCredentials, RepoError, RepositorySource, Snapshot, redact_url};
+use super::{Change, GitCredentials, RepoError, RepoFile, RepositorySource, Snapshot, redact_url};
 use crate::BoxFuture;
 
 /// Git variables a worker may inherit that would point git at another repository.
@@ -215,6 +215,14 @@ const MERGE_BASE: Step = Step {
 };
 const DIFF: Step = Step {
     action: "git diff",
+    remote: false,
+};
+const LS_TREE: Step = Step {
+    action: "git ls-tree",
+    remote: false,
+};
+const NUMSTAT: Step = Step {
+    action: "git diff --numstat",
     remote: false,
 };
 const ARCHIVE: Step = Step {
@@ -765,7 +773,66 @@ impl GitRepositorySource {
     }
 }
 
+/// Git's empty tree: what a numstat of a whole commit is taken against.
+const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+
 impl GitRepositorySource {
+    /// `git ls-tree -r -l` for paths and sizes, then `git diff --numstat` from the empty tree
+    /// for git's binary test (`-` counts), both on the mirror under the local time limit.
+    async fn list_files(
+        &self,
+        url: &str,
+        commit: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<RepoFile>, RepoError> {
+        if cancel.is_cancelled() {
+            return Err(RepoError::Cancelled);
+        }
+        let revision = validate(url, commit)?;
+        let remote = Remote {
+            url,
+            shown: redact_url(url),
+        };
+        let url_key = sha256_hex(&remote.shown);
+        let mirror = self.mirrors_dir.join(&url_key);
+        let lock = self.locks.get(&format!("mirror {url_key}"));
+        let _held = cancellable(cancel, lock.lock()).await?;
+        self.ensure_mirror(&mirror, &remote, cancel).await?;
+        let sha = self.resolve(&mirror, &remote, revision, cancel).await?;
+
+        let mut ls = self.git(Some(&mirror));
+        ls.args(["ls-tree", "-r", "-l", "-z", "--full-tree", &sha]);
+        let out = self.run(ls, LS_TREE, &remote, cancel).await?;
+        if !out.status.success() {
+            return Err(git_failed("git ls-tree", &remote, &out));
+        }
+        let mut files = parse_ls_tree(&out.stdout);
+
+        let mut numstat = self.git(Some(&mirror));
+        numstat.args([
+            "diff",
+            "--numstat",
+            "-z",
+            "--no-renames",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            EMPTY_TREE,
+            &sha,
+            "--",
+        ]);
+        let out = self.run(numstat, NUMSTAT, &remote, cancel).await?;
+        if !out.status.success() {
+            return Err(git_failed("git diff --numstat", &remote, &out));
+        }
+        let binary = parse_binary_numstat(&out.stdout);
+        for file in &mut files {
+            file.binary = !file.symlink && binary.contains(file.path.as_str());
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(files)
+    }
+
     async fn resolve_revision(
         &self,
         url: &str,
@@ -816,6 +883,56 @@ impl RepositorySource for GitRepositorySource {
     ) -> BoxFuture<'a, Result<Change, RepoError>> {
         Box::pin(self.take_change(url, base, head, cancel))
     }
+
+    fn files<'a>(
+        &'a self,
+        url: &'a str,
+        commit: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<RepoFile>, RepoError>> {
+        Box::pin(self.list_files(url, commit, cancel))
+    }
+}
+
+/// `git ls-tree -r -l -z` records (`<mode> <type> <object> <size>\t<path>\0`): blobs, regular
+/// or symbolic links; submodules (`commit`) are left out. Paths that are not UTF-8 are replaced
+/// lossily, as diffs are.
+fn parse_ls_tree(stdout: &[u8]) -> Vec<RepoFile> {
+    stdout
+        .split(|&b| b == 0)
+        .filter(|record| !record.is_empty())
+        .filter_map(|record| {
+            let tab = record.iter().position(|&b| b == b'\t')?;
+            let (meta, path) = (&record[..tab], &record[tab + 1..]);
+            let meta = String::from_utf8_lossy(meta);
+            let mut parts = meta.split_ascii_whitespace();
+            let mode = parts.next()?;
+            let kind = parts.next()?;
+            let _object = parts.next()?;
+            let size = parts.next()?;
+            if kind != "blob" {
+                return None;
+            }
+            Some(RepoFile {
+                path: String::from_utf8_lossy(path).into_owned(),
+                bytes: size.parse().unwrap_or(0),
+                binary: false,
+                symlink: mode == "120000",
+            })
+        })
+        .collect()
+}
+
+/// The paths `git diff --numstat -z` reports with `-` counts: git's binary files.
+fn parse_binary_numstat(stdout: &[u8]) -> std::collections::HashSet<String> {
+    stdout
+        .split(|&b| b == 0)
+        .filter_map(|record| {
+            let record = String::from_utf8_lossy(record);
+            let rest = record.strip_prefix("-\t-\t")?;
+            Some(rest.to_owned())
+        })
+        .collect()
 }
 
 /// The URL to give git, and the one to show people.

@@ -12,7 +12,7 @@ use verdict_proto::revision::Revision;
 use verdict_proto::wire::RepositoryRef;
 
 use super::scratch::ScratchDir;
-use super::{Change, RepoError, RepositorySource, Snapshot, redact_url};
+use super::{Change, RepoError, RepoFile, RepositorySource, Snapshot, looks_binary, redact_url};
 use crate::BoxFuture;
 
 /// The files of one repository at one commit. Paths are relative, `/`-separated, without `..`.
@@ -294,6 +294,42 @@ impl RepositorySource for MemoryRepositorySource {
                     revision: format!("{base}...{head}"),
                 }),
             }
+        })
+    }
+
+    fn files<'a>(
+        &'a self,
+        url: &'a str,
+        commit: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<RepoFile>, RepoError>> {
+        Box::pin(async move {
+            if cancel.is_cancelled() {
+                return Err(RepoError::Cancelled);
+            }
+            let key = (url.to_owned(), commit.to_owned());
+            let state = self.lock();
+            let Some(tree) = state.trees.get(&key) else {
+                return Err(RepoError::CommitNotFound {
+                    url: redact_url(url),
+                    revision: commit.to_owned(),
+                });
+            };
+            let files = tree.files.iter().map(|(path, content)| RepoFile {
+                path: path.clone(),
+                bytes: content.len() as u64,
+                binary: looks_binary(content),
+                symlink: false,
+            });
+            let links = tree.symlinks.iter().map(|(path, target)| RepoFile {
+                path: path.clone(),
+                bytes: target.len() as u64,
+                binary: false,
+                symlink: true,
+            });
+            let mut all: Vec<RepoFile> = files.chain(links).collect();
+            all.sort_by(|a, b| a.path.cmp(&b.path));
+            Ok(all)
         })
     }
 }

@@ -7,6 +7,8 @@
 //!
 //! # Layout
 //! - [`RepositorySource`]: the one small trait every backend implements.
+//! - [`RepoFile`]: one entry of a commit's file listing (path, size, binary), what a scan's
+//!   intake classifies and packs into shards (SPEC S4, X4).
 //! - [`GitCredentials`]: what git sends to a host when fetching over HTTPS (a header for that one
 //!   command, never stored), implemented by the GitHub publisher.
 //! - [`git`]: [`GitRepositorySource`], the production backend (the `git` CLI, a bare mirror per
@@ -77,6 +79,37 @@ pub trait RepositorySource: Send + Sync + fmt::Debug {
         head: &'a str,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Change, RepoError>>;
+
+    /// Every file of the repository at `url` at `commit` (a full commit id that
+    /// [`RepositorySource::resolve`] gave), sorted by path: regular files and symbolic links
+    /// with their sizes in bytes and whether their content is binary (git's own test: a NUL in
+    /// the first 8000 bytes). Submodules are not files of the repository and are not listed.
+    fn files<'a>(
+        &'a self,
+        url: &'a str,
+        commit: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<RepoFile>, RepoError>>;
+}
+
+/// One file of a commit, as [`RepositorySource::files`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoFile {
+    /// Repository-relative, `/`-separated.
+    pub path: String,
+    pub bytes: u64,
+    /// The content has a NUL byte in its first 8000 bytes.
+    pub binary: bool,
+    /// A symbolic link (its `bytes` are the target's length); tools never follow them.
+    pub symlink: bool,
+}
+
+/// How many leading bytes git looks at to call content binary.
+pub const BINARY_PROBE_BYTES: usize = 8000;
+
+/// Whether `content` is binary by git's rule (a NUL within [`BINARY_PROBE_BYTES`]).
+pub fn looks_binary(content: &[u8]) -> bool {
+    content.iter().take(BINARY_PROBE_BYTES).any(|&b| b == 0)
 }
 
 /// Credentials for fetching from remote repositories: the HTTP headers git sends for one URL.

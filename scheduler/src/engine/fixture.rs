@@ -79,6 +79,13 @@ impl Fixture {
         let broker = Arc::new(MemoryBroker::new());
         let repositories = Arc::new(MemoryRepositorySource::new());
         repositories.insert_revision(REPO, "v1", V1);
+        repositories.insert(
+            REPO,
+            V1,
+            verdict_backends::repo::MemoryTree::new()
+                .file("src/cart.rs", "fn total() {}\n")
+                .file("vendor/lib/x.go", "package x\n"),
+        );
         let publisher = Arc::new(MemoryPublisher::new());
         let metrics = SchedulerMetrics::register(&prometheus::Registry::new()).unwrap();
         let deps = SchedulerDeps {
@@ -103,6 +110,7 @@ impl Fixture {
                 stages: Default::default(),
                 issue_categories: None,
                 ignore_paths: Vec::new(),
+                scan: Default::default(),
             },
             review_timeout: Duration::from_secs(600),
             language: Language::En,

@@ -99,6 +99,8 @@ struct Prepared {
     diff: Option<PreparedDiff>,
     /// What the code host said of the task's pull request or issue.
     host: Option<FromHost>,
+    /// A scan's files classified and packed into shards.
+    scan: Option<crate::scan_shards::ScanPlan>,
 }
 
 /// What intake read from the code host for a task given by a pull-request or issue URL.
@@ -120,6 +122,10 @@ impl Prepared {
             task.inputs.diff_files = d.files.clone();
             task.inputs.diffstat = Some(d.diffstat.clone());
             task.coverage = d.coverage.clone();
+        }
+        if let Some(plan) = &self.scan {
+            task.inputs.scan_shards = Some(plan.shards.clone());
+            task.coverage = plan.coverage.clone();
         }
         match &self.host {
             Some(FromHost::PullRequest {
@@ -431,7 +437,11 @@ impl Intake {
                 }
             }
             PipelineKind::Scan => match &task.repository {
-                Some(repo) => self.resolve(repo).await.map(Some),
+                Some(repo) => {
+                    let mut prepared = self.resolve(repo).await?;
+                    prepared.scan = Some(self.plan_scan(task, &prepared.repository).await?);
+                    Ok(Some(prepared))
+                }
                 None => Ok(None),
             },
         }
@@ -480,6 +490,27 @@ impl Intake {
         )))
     }
 
+    /// A scan's files at its resolved commit, classified and packed into shards (SPEC S4, X4).
+    async fn plan_scan(
+        &self,
+        task: &TaskRecord,
+        repo: &RepositoryRef,
+    ) -> Result<crate::scan_shards::ScanPlan, Refused> {
+        let cancel = CancellationToken::new();
+        let files = self
+            .repositories
+            .files(&repo.url, &repo.commit, &cancel)
+            .await
+            .map_err(|e| {
+                let context = format!("cannot list the files of commit {}", repo.commit);
+                Refused::repository(Some(context), &e)
+            })?;
+        crate::scan_shards::plan(&files, &task.settings.scan).map_err(|e| Refused {
+            kind: FailureKind::InvalidRequest,
+            reason: format!("scan.exclude: {e}"),
+        })
+    }
+
     /// A scan's or issue analysis's repository with its revision resolved.
     async fn resolve(&self, repo: &RepositoryRef) -> Result<Prepared, Refused> {
         self.allowed(&repo.url).await?;
@@ -501,6 +532,7 @@ impl Intake {
             },
             diff: None,
             host: None,
+            scan: None,
         })
     }
 
@@ -573,6 +605,7 @@ impl Intake {
             },
             diff: Some(diff),
             host,
+            scan: None,
         })
     }
 }
@@ -702,6 +735,34 @@ mod tests {
             ("v1", Some(V1))
         );
         assert_eq!(started.failure_kind, None);
+    }
+
+    /// SPEC S4, X4: intake lists the commit's files, skips what is not to be scanned with its
+    /// reason, and tells the scan stage which files are its own.
+    #[tokio::test(start_paused = true)]
+    async fn a_scan_lists_its_files_and_tells_the_stage_which_are_its_own() {
+        let fx = Fixture::new();
+        let task = fx.queued_scan().await;
+
+        fx.parts.intake.start(&task.id).await;
+
+        let started = fx.load(&task.id).await;
+        assert_eq!(started.coverage.files_total, 2);
+        assert_eq!(started.coverage.files_reviewed, ["src/cart.rs"]);
+        let skipped = &started.coverage.files_not_reviewed;
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(
+            (skipped[0].path.as_str(), skipped[0].kind),
+            (
+                "vendor/lib/x.go",
+                Some(crate::document::SkipReason::Vendored)
+            )
+        );
+        let request = &started.stage("scan").unwrap().request;
+        let verdict_proto::wire::InputContent::Inline { text } = &request.inputs[0].content else {
+            panic!("the scan request is inline");
+        };
+        assert_eq!(text.lines().skip(1).collect::<Vec<_>>(), ["src/cart.rs"]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -381,6 +381,15 @@ mod tests {
             self.inner.snapshot(repo, cancel)
         }
 
+        fn files<'a>(
+            &'a self,
+            url: &'a str,
+            commit: &'a str,
+            cancel: &'a CancellationToken,
+        ) -> BoxFuture<'a, Result<Vec<verdict_backends::repo::RepoFile>, RepoError>> {
+            self.inner.files(url, commit, cancel)
+        }
+
         fn resolve<'a>(
             &'a self,
             url: &'a str,

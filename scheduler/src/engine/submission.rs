@@ -439,6 +439,7 @@ mod tests {
                 stages: Default::default(),
                 issue_categories: Some(vec!["bug".to_owned()]),
                 ignore_paths: Vec::new(),
+                scan: Default::default(),
             },
             language: Language::En,
             review_timeout: Duration::from_secs(600),

@@ -305,10 +305,12 @@ fn coverage_and_repeated_findings_are_said_before_the_marker() {
         NotReviewed {
             path: "logo.png".to_owned(),
             reason: "binary file".to_owned(),
+            kind: None,
         },
         NotReviewed {
             path: "big.rs".to_owned(),
             reason: "left out: the diff exceeds the review budget".to_owned(),
+            kind: None,
         },
     ];
     let old = finding(Severity::Minor, Some("src/lib.rs"), Some((3, 3)));
@@ -470,6 +472,7 @@ fn the_body_stays_under_githubs_limit_and_keeps_the_marker() {
         .map(|i| NotReviewed {
             path: format!("generated/file_{i}.rs"),
             reason: "left out: the diff exceeds the review budget".to_owned(),
+            kind: None,
         })
         .collect();
     let findings: Vec<ResultFinding> = (0..100)
@@ -518,6 +521,7 @@ fn the_body_speaks_chinese() {
     fx.coverage.files_not_reviewed = vec![NotReviewed {
         path: "logo.png".to_owned(),
         reason: "binary file".to_owned(),
+        kind: None,
     }];
     let repeated = finding(Severity::Minor, Some("src/lib.rs"), Some((20, 20)));
     fx.posted.insert(fingerprint_of(&repeated));
@@ -590,6 +594,7 @@ fn no_combination_of_hostile_texts_forges_a_marker_or_passes_the_limit() {
     fx.coverage.files_not_reviewed = vec![NotReviewed {
         path: "<!-- verdict:task=path -->".to_owned(),
         reason: "-- verdict:task=reason -->".to_owned(),
+        kind: None,
     }];
     for a in hostile {
         for b in hostile {

@@ -45,6 +45,7 @@ pub fn memory_scheduler(
             stages: Default::default(),
             issue_categories: None,
             ignore_paths: Vec::new(),
+            scan: Default::default(),
         },
         review_timeout: Duration::from_secs(600),
         language: verdict_proto::Language::En,
