@@ -6,6 +6,8 @@
 //! - [`engine`]: the `Scheduler` implementing it, assembled from one part per job: submission,
 //!   task records, intake, transitions, progress, the outbox, the results loop and the sweeper,
 //!   all on the broker and store traits.
+//! - [`scan_batch`]: organisation scans as data — a batch of scan tasks, the repository
+//!   filters, the batch document with its counts.
 //! - [`diff_pieces`]: a review's diff cut into per-file pieces stored by hash, with coverage.
 //! - [`task`]: the task record (one versioned document per task).
 //! - [`pipeline`]: S1–S7 as a pure state machine over the record.
@@ -31,6 +33,7 @@ pub mod milestone;
 pub mod pipeline;
 pub mod publication;
 pub mod result;
+pub mod scan_batch;
 pub mod service;
 pub mod task;
 pub mod webhook;
