@@ -1306,6 +1306,7 @@ async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository(
     use verdict_backends::publish::{HostedRepository, MemoryPublisher};
     use verdict_backends::repo::MemoryRepositorySource;
 
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let repositories = Arc::new(MemoryRepositorySource::new());
     let publisher = Arc::new(MemoryPublisher::new());
     let names = [
