@@ -112,12 +112,18 @@ async fn rig(latency: Duration) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let github = FakeGitHub::start().await;
     github.accept_token(GH_TOKEN);
-    let extra = [("old-a", true, false), ("old-b", true, false), ("fork-a", false, true), ("fork-b", false, true)];
+    let extra = [
+        ("old-a", true, false),
+        ("old-b", true, false),
+        ("fork-a", false, true),
+        ("fork-b", false, true),
+    ];
     let names = (0..MEMBERS)
         .map(|i| (format!("repo-{i:02}"), false, false))
         .chain(extra.iter().map(|(n, a, f)| ((*n).to_owned(), *a, *f)));
     for (name, archived, fork) in names {
-        let path = scenario::small_repo(&dir.path().join("repos").join(ORG).join(&name), &name).unwrap();
+        let path =
+            scenario::small_repo(&dir.path().join("repos").join(ORG).join(&name), &name).unwrap();
         github.add_repository(ORG, &name, &path.display().to_string());
         github.describe_repository(
             ORG,
@@ -240,7 +246,10 @@ impl ScanCommand {
             if let Some(status) = self.proc.0.try_wait().unwrap() {
                 return status.code().unwrap_or(-1);
             }
-            assert!(Instant::now() < deadline, "the scan command did not exit in time");
+            assert!(
+                Instant::now() < deadline,
+                "the scan command did not exit in time"
+            );
             // The command's own exit is the condition; its stdout has already closed.
             let _ = self.events.recv_timeout(Duration::from_millis(50));
         }
@@ -302,7 +311,10 @@ async fn a_50_repository_organisation_scan_survives_its_command_being_killed_and
         .collect();
     skipped.sort();
     let skipped_names: Vec<&str> = skipped.iter().map(|(r, _)| r.as_str()).collect();
-    assert_eq!(skipped_names, ["acme/fork-a", "acme/fork-b", "acme/old-a", "acme/old-b"]);
+    assert_eq!(
+        skipped_names,
+        ["acme/fork-a", "acme/fork-b", "acme/old-a", "acme/old-b"]
+    );
     assert!(skipped[0].1.starts_with("a fork"), "{skipped:?}");
     assert!(skipped[2].1.starts_with("archived"), "{skipped:?}");
     // Killed halfway (SIGKILL, like a closed terminal): the batch goes on in the scheduler.
@@ -342,7 +354,10 @@ async fn a_scheduler_killed_mid_batch_and_restarted_finishes_it_scanning_no_repo
     rig.scheduler.take();
     drop(first);
     let paid_at_kill = rig.scans_paid();
-    assert!(paid_at_kill < MEMBERS, "killed halfway: {paid_at_kill} scans paid");
+    assert!(
+        paid_at_kill < MEMBERS,
+        "killed halfway: {paid_at_kill} scans paid"
+    );
 
     let (scheduler, line) = spawn("scheduler", &rig.config);
     rig.scheduler = Some(scheduler);

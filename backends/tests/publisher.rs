@@ -341,8 +341,10 @@ impl Harness {
                     );
                     names.push((owner.to_owned(), name.to_owned()));
                 }
-                let names: Vec<(&str, &str)> =
-                    names.iter().map(|(o, n)| (o.as_str(), n.as_str())).collect();
+                let names: Vec<(&str, &str)> = names
+                    .iter()
+                    .map(|(o, n)| (o.as_str(), n.as_str()))
+                    .collect();
                 fake.install_app(APP_ID, TEST_APP_PRIVATE_KEY, INSTALLATION_ID, &names);
             }
         }

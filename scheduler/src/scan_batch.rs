@@ -260,7 +260,9 @@ impl RepositoryFilter {
         }
         let name = repo.full_name.rsplit('/').next().unwrap_or(&repo.full_name);
         let full = repo.full_name.as_str();
-        if self.any_include && !(self.include_names.is_match(name) || self.include_full.is_match(full)) {
+        if self.any_include
+            && !(self.include_names.is_match(name) || self.include_full.is_match(full))
+        {
             return Err("matches no include pattern".to_owned());
         }
         if self.exclude_names.is_match(name) || self.exclude_full.is_match(full) {
@@ -414,7 +416,12 @@ pub fn is_finished(record: &BatchRecord, tasks: &[Option<TaskState>]) -> bool {
     };
     members.iter().enumerate().all(|(i, m)| {
         m.refused.is_some()
-            || (m.created && tasks.get(i).copied().flatten().is_some_and(TaskState::is_terminal))
+            || (m.created
+                && tasks
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .is_some_and(TaskState::is_terminal))
     })
 }
 
@@ -487,8 +494,16 @@ mod tests {
     fn archived_and_forks_are_left_out_unless_asked_for() {
         let none = filter(&[], &[], false, false);
         assert!(none.decide(&repo("app", false, false)).is_ok());
-        assert!(none.decide(&repo("old", true, false)).unwrap_err().contains("archived"));
-        assert!(none.decide(&repo("copy", false, true)).unwrap_err().contains("fork"));
+        assert!(
+            none.decide(&repo("old", true, false))
+                .unwrap_err()
+                .contains("archived")
+        );
+        assert!(
+            none.decide(&repo("copy", false, true))
+                .unwrap_err()
+                .contains("fork")
+        );
         let all = filter(&[], &[], true, true);
         assert!(all.decide(&repo("old", true, false)).is_ok());
         assert!(all.decide(&repo("copy", false, true)).is_ok());
@@ -497,13 +512,33 @@ mod tests {
 
     #[test]
     fn include_and_exclude_globs_match_the_name_or_the_full_name() {
-        let f = filter(&["svc-*", "acme/lib-{a,b}"], &["*-legacy", "ACME/svc-x"], false, false);
+        let f = filter(
+            &["svc-*", "acme/lib-{a,b}"],
+            &["*-legacy", "ACME/svc-x"],
+            false,
+            false,
+        );
         assert!(f.decide(&repo("svc-pay", false, false)).is_ok());
-        assert!(f.decide(&repo("SVC-Pay", false, false)).is_ok(), "case-insensitive");
+        assert!(
+            f.decide(&repo("SVC-Pay", false, false)).is_ok(),
+            "case-insensitive"
+        );
         assert!(f.decide(&repo("lib-a", false, false)).is_ok());
-        assert!(f.decide(&repo("lib-c", false, false)).unwrap_err().contains("include"));
-        assert!(f.decide(&repo("svc-legacy", false, false)).unwrap_err().contains("exclude"));
-        assert!(f.decide(&repo("svc-x", false, false)).unwrap_err().contains("exclude"));
+        assert!(
+            f.decide(&repo("lib-c", false, false))
+                .unwrap_err()
+                .contains("include")
+        );
+        assert!(
+            f.decide(&repo("svc-legacy", false, false))
+                .unwrap_err()
+                .contains("exclude")
+        );
+        assert!(
+            f.decide(&repo("svc-x", false, false))
+                .unwrap_err()
+                .contains("exclude")
+        );
         assert!(f.decide(&repo("web", false, false)).is_err());
         // A name pattern never matches across the owner's slash.
         let g = filter(&["acme*"], &[], false, false);
@@ -537,9 +572,17 @@ mod tests {
             }]),
             ..submission()
         };
-        assert!(BatchRecord::new("b".into(), both, 1).unwrap_err().contains("not both"));
+        assert!(
+            BatchRecord::new("b".into(), both, 1)
+                .unwrap_err()
+                .contains("not both")
+        );
         let none = ScanBatchSubmission::default();
-        assert!(BatchRecord::new("b".into(), none, 1).unwrap_err().contains("required"));
+        assert!(
+            BatchRecord::new("b".into(), none, 1)
+                .unwrap_err()
+                .contains("required")
+        );
         let bad = ScanBatchSubmission {
             organisation: Some("ac me/../x".into()),
             ..ScanBatchSubmission::default()

@@ -1361,7 +1361,10 @@ async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository(
         .to_owned();
     assert_eq!(location, format!("/v1/scans/{id}"));
 
-    let batch = batch_when(&srv, &id, |b| b["counts"]["total"] == 2 && b["counts"]["queued"] == 0).await;
+    let batch = batch_when(&srv, &id, |b| {
+        b["counts"]["total"] == 2 && b["counts"]["queued"] == 0
+    })
+    .await;
     assert_eq!(batch["state"], "running", "{batch:#}");
     assert_eq!(batch["organisation"], "acme");
     let members: Vec<&str> = batch["members"]
@@ -1375,7 +1378,12 @@ async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository(
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| (s["repository"].as_str().unwrap(), s["reason"].as_str().unwrap()))
+        .map(|s| {
+            (
+                s["repository"].as_str().unwrap(),
+                s["reason"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(skipped.len(), 4, "{skipped:#?}");
     assert!(skipped["acme/old"].starts_with("archived"));
@@ -1421,10 +1429,18 @@ async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository(
         .map(|m| m["task_id"].as_str().unwrap())
         .collect();
     assert_eq!(ids_after, ids);
-    assert_eq!(publisher.calls(), listed_before, "an enumerated batch is not listed again");
+    assert_eq!(
+        publisher.calls(),
+        listed_before,
+        "an enumerated batch is not listed again"
+    );
 
     // A task id is not a batch; a batch needs exactly one source.
-    let r = srv.get(&format!("/v1/scans/{}", ids[0])).send().await.unwrap();
+    let r = srv
+        .get(&format!("/v1/scans/{}", ids[0]))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     let both = json!({"organisation": "acme", "manifest": [{"repository": REPO_URL}]}).to_string();
     let r = srv.post_json("/v1/scans", &both).send().await.unwrap();
@@ -1447,7 +1463,10 @@ async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository(
         .to_owned();
     let failed = batch_when(&srv, &id, |b| b["state"] == "failed").await;
     assert!(
-        failed["reason"].as_str().unwrap().contains("organisation nobody"),
+        failed["reason"]
+            .as_str()
+            .unwrap()
+            .contains("organisation nobody"),
         "{failed:#}"
     );
 }

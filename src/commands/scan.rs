@@ -127,7 +127,13 @@ async fn scan(client: &ApiClient, args: &Args) -> anyhow::Result<ExitCode> {
     };
     let mut out = Output::new(args.json);
     out.batch(&id)?;
-    follow(client, &id, Duration::from_millis(args.poll_ms.max(50)), &mut out).await
+    follow(
+        client,
+        &id,
+        Duration::from_millis(args.poll_ms.max(50)),
+        &mut out,
+    )
+    .await
 }
 
 /// The single-repository scan: one task, followed to its end like `submit scan --wait`.
@@ -369,7 +375,8 @@ mod tests {
         let entries = parse_manifest(lines, false).unwrap();
         assert_eq!(entries.len(), 2);
         assert_eq!(entries[1].reference.as_deref(), Some("v1"));
-        let toml = "[[repositories]]\nrepository = \"https://github.com/acme/a.git\"\nref = \"main\"\n";
+        let toml =
+            "[[repositories]]\nrepository = \"https://github.com/acme/a.git\"\nref = \"main\"\n";
         let entries = parse_manifest(toml, true).unwrap();
         assert_eq!(entries[0].reference.as_deref(), Some("main"));
         let bad = parse_manifest("{\"repo\": \"x\"}\n", false).unwrap_err();

@@ -173,7 +173,10 @@ pub fn small_repo(dir: &Path, name: &str) -> std::io::Result<PathBuf> {
     );
     let mut stream = String::new();
     for (mark, text) in [(1, &readme), (2, &module)] {
-        stream.push_str(&format!("blob\nmark :{mark}\ndata {}\n{text}\n", text.len()));
+        stream.push_str(&format!(
+            "blob\nmark :{mark}\ndata {}\n{text}\n",
+            text.len()
+        ));
     }
     let message = format!("Create {name}");
     stream.push_str(&format!(

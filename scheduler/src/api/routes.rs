@@ -79,7 +79,9 @@ pub(crate) async fn resume_scan_batch(
 
 /// `id` percent-encoded as one path segment.
 fn segment(id: &str) -> String {
-    task_location(id).trim_start_matches("/v1/tasks/").to_owned()
+    task_location(id)
+        .trim_start_matches("/v1/tasks/")
+        .to_owned()
 }
 
 /// The path of a scan batch, its id percent-encoded as one path segment.

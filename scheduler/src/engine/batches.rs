@@ -197,7 +197,10 @@ impl Batches {
     }
 
     /// Each member's task state, `None` for a member whose task does not exist (yet).
-    async fn member_states(&self, batch: &BatchRecord) -> Result<Vec<Option<TaskState>>, ServiceError> {
+    async fn member_states(
+        &self,
+        batch: &BatchRecord,
+    ) -> Result<Vec<Option<TaskState>>, ServiceError> {
         let mut states = Vec::new();
         for m in batch.members.iter().flatten() {
             if !m.created {
@@ -239,7 +242,12 @@ impl Batches {
 
     /// Takes the batch's lease, enumerates it if needed, creates the members' tasks, gives the
     /// lease back.
-    async fn drive(&self, scheduler: &Scheduler, id: &str, force: bool) -> Result<(), ServiceError> {
+    async fn drive(
+        &self,
+        scheduler: &Scheduler,
+        id: &str,
+        force: bool,
+    ) -> Result<(), ServiceError> {
         let now = self.now();
         let until = now.saturating_add(self.timeout_ms());
         let lease_held = |b: &BatchRecord| b.driver_until_unix_ms.is_some_and(|t| t > now);
@@ -313,7 +321,10 @@ impl Batches {
                         }
                     })
                     .await?;
-                    self.documents.set_remove(ACTIVE, id).await.map_err(unavailable)?;
+                    self.documents
+                        .set_remove(ACTIVE, id)
+                        .await
+                        .map_err(unavailable)?;
                     return Ok(());
                 }
                 Err(Enumeration::Transient(reason)) => {
@@ -354,12 +365,7 @@ impl Batches {
                 }
             };
             self.update(id, |b| {
-                if let Some(m) = b
-                    .members
-                    .iter_mut()
-                    .flatten()
-                    .find(|m| m.key == member.key)
-                {
+                if let Some(m) = b.members.iter_mut().flatten().find(|m| m.key == member.key) {
                     m.created = created;
                     m.refused.clone_from(&refused);
                 }
@@ -370,26 +376,31 @@ impl Batches {
     }
 
     /// The batch's members and the repositories it leaves out, with the reason for each.
-    async fn enumerate(&self, batch: &BatchRecord) -> Result<(Vec<Member>, Vec<Skipped>), Enumeration> {
+    async fn enumerate(
+        &self,
+        batch: &BatchRecord,
+    ) -> Result<(Vec<Member>, Vec<Skipped>), Enumeration> {
         let mut chosen: Vec<(String, String, String)> = Vec::new();
         let mut skipped = Vec::new();
         match &batch.source {
             BatchSource::Organisation { name, filters } => {
                 let Some(publisher) = &self.publisher else {
                     return Err(Enumeration::Final(
-                        "no code host is configured: set [github] to scan an organisation".to_owned(),
+                        "no code host is configured: set [github] to scan an organisation"
+                            .to_owned(),
                     ));
                 };
                 let filter = RepositoryFilter::new(filters).map_err(Enumeration::Final)?;
-                let repos = publisher
-                    .organisation_repositories(name)
-                    .await
-                    .map_err(|e| match e {
-                        PublishError::RateLimited { .. } | PublishError::Unavailable { .. } => {
-                            Enumeration::Transient(e.to_string())
-                        }
-                        other => Enumeration::Final(other.to_string()),
-                    })?;
+                let repos =
+                    publisher
+                        .organisation_repositories(name)
+                        .await
+                        .map_err(|e| match e {
+                            PublishError::RateLimited { .. } | PublishError::Unavailable { .. } => {
+                                Enumeration::Transient(e.to_string())
+                            }
+                            other => Enumeration::Final(other.to_string()),
+                        })?;
                 for repo in repos {
                     match filter.decide(&repo) {
                         Ok(()) => chosen.push((
@@ -460,12 +471,20 @@ impl Batches {
         let batch = match self.load(id).await {
             Ok(b) => b,
             Err(ServiceError::NoSuchBatch(_)) => {
-                return self.documents.set_remove(ACTIVE, id).await.map_err(unavailable);
+                return self
+                    .documents
+                    .set_remove(ACTIVE, id)
+                    .await
+                    .map_err(unavailable);
             }
             Err(e) => return Err(e),
         };
         if batch.state.is_terminal() {
-            return self.documents.set_remove(ACTIVE, id).await.map_err(unavailable);
+            return self
+                .documents
+                .set_remove(ACTIVE, id)
+                .await
+                .map_err(unavailable);
         }
         let lapsed = batch.driver_until_unix_ms.is_none_or(|t| t <= self.now());
         if batch.members.is_none() || batch.pending_members() > 0 {
@@ -492,6 +511,9 @@ impl Batches {
             // member task ids in order: `scan_batch::document(&finished, &states).task_ids()`).
             tracing::info!(batch = %id, members = states.len(), "scan batch finished");
         }
-        self.documents.set_remove(ACTIVE, id).await.map_err(unavailable)
+        self.documents
+            .set_remove(ACTIVE, id)
+            .await
+            .map_err(unavailable)
     }
 }

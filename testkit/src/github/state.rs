@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use super::hunks::{self, FileDiff};
 use super::model::{
-    FakeIssue, FakeRepoTraits, FakeIssueComment, FakePullRequest, FakeReview, FakeStatus, GitHubRequest,
+    FakeIssue, FakeIssueComment, FakePullRequest, FakeRepoTraits, FakeReview, FakeStatus,
+    GitHubRequest,
 };
 
 /// GitHub's owner and repository names are case-insensitive; state is keyed by the lowercase

@@ -29,8 +29,8 @@ use verdict_proto::publication::{
 };
 
 use super::{
-    Author, HostedRepository, Issue, ItemState, Posted, PostedItem, PublishError, Publisher, PullRequest,
-    collect_posted,
+    Author, HostedRepository, Issue, ItemState, Posted, PostedItem, PublishError, Publisher,
+    PullRequest, collect_posted,
 };
 use crate::BoxFuture;
 use crate::clock::{Clock, SystemClock};
@@ -613,9 +613,9 @@ impl GitHubPublisher {
         let mut repos: Vec<HostedRepository> = listed
             .into_iter()
             .map(|r| HostedRepository {
-                visibility: r.visibility.unwrap_or_else(|| {
-                    if r.private { "private" } else { "public" }.to_owned()
-                }),
+                visibility: r
+                    .visibility
+                    .unwrap_or_else(|| if r.private { "private" } else { "public" }.to_owned()),
                 full_name: r.full_name,
                 clone_url: r.clone_url,
                 html_url: r.html_url,
