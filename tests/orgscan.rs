@@ -3,7 +3,9 @@
 //! repositories (plus archived ones and forks that the default filters leave out), the fake
 //! provider answering every scan. `verdict scan --org` drives and follows the batch; killing the
 //! command or the scheduler halfway and resuming finishes the batch with every repository
-//! scanned exactly once — the fake provider's request count shows it.
+//! scanned exactly once — the fake provider's request count shows it. A scheduler killed while
+//! it lists the organisation leaves the batch to the restarted scheduler's batch pass, which
+//! lists it again once the dead driver's lease lapses and finishes it without being asked.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
@@ -39,7 +41,7 @@ impl Drop for Proc {
 
 struct Rig {
     llm: FakeProvider,
-    _github: FakeGitHub,
+    github: FakeGitHub,
     config: PathBuf,
     isolation: Isolation,
     scheduler: Option<Proc>,
@@ -109,6 +111,12 @@ fn spawn(role: &str, config: &Path) -> (Proc, String) {
 /// An organisation of [`MEMBERS`] repositories `repo-00`… plus two archived ones and two forks,
 /// a pool to scan them, each scan answered after `latency`.
 async fn rig(latency: Duration) -> Rig {
+    rig_with(latency, 30, |_| {}).await
+}
+
+/// [`rig`] with the intake time limit (also a batch driver's lease) and a set-up of the fake
+/// GitHub before the pool starts.
+async fn rig_with(latency: Duration, intake_timeout: u64, setup: impl FnOnce(&FakeGitHub)) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let github = FakeGitHub::start().await;
     github.accept_token(GH_TOKEN);
@@ -135,6 +143,7 @@ async fn rig(latency: Duration) -> Rig {
             },
         );
     }
+    setup(&github);
     let llm = FakeProvider::start().await;
     llm.script(
         scenario::DEFAULT,
@@ -144,10 +153,10 @@ async fn rig(latency: Duration) -> Rig {
     let mut toml = scenario::config_toml(&llm.base_url(), &isolation, &dir.path().join("cache"));
     toml = toml.replace(
         "[repositories]\nallow_local_paths = true\n",
-        "[repositories]\nallow_local_paths = true\nfetch_timeout_seconds = 20\nlocal_timeout_seconds = 20\n",
+        &format!("[repositories]\nallow_local_paths = true\nfetch_timeout_seconds = {0}\nlocal_timeout_seconds = {0}\n", intake_timeout - 1),
     );
     toml.push_str(&format!(
-        "\n[scheduler]\nsweep_interval_seconds = 1\nstall_after_seconds = 2\nintake_timeout_seconds = 30\n\n[github]\napi_url = \"{}\"\nweb_url = \"{}\"\ntoken_env = \"GH_TOKEN\"\n",
+        "\n[scheduler]\nsweep_interval_seconds = 1\nstall_after_seconds = 2\nintake_timeout_seconds = {intake_timeout}\n\n[github]\napi_url = \"{}\"\nweb_url = \"{}\"\ntoken_env = \"GH_TOKEN\"\n",
         github.api_url(),
         github.web_url()
     ));
@@ -158,7 +167,7 @@ async fn rig(latency: Duration) -> Rig {
     let workers = vec![spawn("worker", &config).0, spawn("worker", &config).0];
     Rig {
         llm,
-        _github: github,
+        github,
         config,
         isolation,
         scheduler: Some(scheduler),
@@ -372,4 +381,90 @@ async fn a_scheduler_killed_mid_batch_and_restarted_finishes_it_scanning_no_repo
         MEMBERS,
         "no repository was scanned twice across the restart"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_killed_while_listing_the_organisation_is_relieved_by_the_restarted_ones_batch_pass()
+ {
+    const LISTING: &str = "/orgs/acme/repos";
+    let mut rig = rig_with(Duration::ZERO, 6, |gh| gh.hang("GET", LISTING)).await;
+    let client = rig.client();
+    let submission = verdict_scheduler::service::ScanBatchSubmission {
+        organisation: Some(ORG.to_owned()),
+        ..Default::default()
+    };
+    let before = rig.github.requests().len();
+    let id = client.submit_scan_batch(&submission).await.unwrap().id;
+    let seen = rig
+        .github
+        .wait_for_requests(before + 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        seen.last().unwrap().path,
+        LISTING,
+        "the listing is asked for"
+    );
+    let batch = client.scan_batch(&id).await.unwrap();
+    assert_eq!(batch.state.as_str(), "enumerating");
+    // Killed mid-listing: its lease on the batch stays on the record until it lapses.
+    rig.scheduler.take();
+    rig.github.stop_hanging("GET", LISTING);
+
+    let (scheduler, line) = spawn("scheduler", &rig.config);
+    rig.scheduler = Some(scheduler);
+    rig.api = line.trim().rsplit(' ').next().unwrap().to_owned();
+    // Nobody resumes it: the restarted scheduler's batch pass lists the organisation again
+    // once the lease lapsed (6 s)...
+    let listed = rig.github.requests().len() + 1;
+    let seen = rig
+        .github
+        .wait_for_requests(listed, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(seen.last().unwrap().path, LISTING);
+    let client = rig.client();
+    let batch = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let batch = client.scan_batch(&id).await.unwrap();
+            if batch.counts.total == MEMBERS && batch.members.iter().all(|m| m.task_state.is_some())
+            {
+                return batch;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the members are created");
+    // ...and every member task runs to its end (followed on its event stream).
+    for task in batch.task_ids() {
+        let mut events = client.events(task, None);
+        tokio::time::timeout(Duration::from_secs(120), async {
+            while let Some(item) = events.next().await.unwrap() {
+                if matches!(item, verdict_scheduler::client::StreamItem::End(_)) {
+                    break;
+                }
+            }
+        })
+        .await
+        .expect("the member task ends");
+    }
+    let batch = client.scan_batch(&id).await.unwrap();
+    let finished = serde_json::json!({
+        "state": batch.state,
+        "counts": batch.counts,
+        "task_ids": batch.task_ids(),
+    });
+    assert_all_completed(&rig, &finished, &id).await;
+    let listings = rig
+        .github
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == LISTING)
+        .count();
+    assert_eq!(
+        listings, 2,
+        "listed by the killed scheduler, then once by the restarted one"
+    );
+    assert_eq!(rig.scans_paid(), MEMBERS);
 }

@@ -386,6 +386,14 @@ impl FakeGitHub {
             .push((method.to_owned(), path.to_owned()));
     }
 
+    /// Requests to `method path` are answered again from now on (those hanging already keep
+    /// hanging until the server stops).
+    pub fn stop_hanging(&self, method: &str, path: &str) {
+        self.state()
+            .hangs
+            .retain(|(m, p)| !(m.eq_ignore_ascii_case(method) && p == path));
+    }
+
     /// Every review of the pull request, pending ones included, in creation order (deleted
     /// pending reviews are gone).
     pub fn reviews(&self, owner: &str, repo: &str, number: u64) -> Vec<FakeReview> {
