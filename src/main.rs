@@ -34,6 +34,10 @@ enum Command {
     /// Submit a review, issue analysis or scan to the scheduler; with --wait, follow it to the
     /// end and exit 0 (completed, skipped, degraded) or 1 (incomplete, aborted).
     Submit(commands::submit::Args),
+    /// Scan an organisation's repositories (`--org`), a manifest's (`--manifest`) or one
+    /// (`--repo`) at bulk priority, with live progress; `--resume ID` follows an interrupted
+    /// scan again without redoing finished repositories.
+    Scan(commands::scan::Args),
     /// Follow a task's progress as readable milestones until it ends.
     Tail(commands::tail::Args),
     /// Write the organisation report (report.json, report.html) of finished scan tasks.
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::DiffLines(args) => commands::diff_lines::run(args),
         Command::Contract(args) => commands::contract::run(args),
         Command::Submit(args) => commands::submit::run(args),
+        Command::Scan(args) => commands::scan::run(args),
         Command::Tail(args) => commands::tail::run(args),
         Command::Report(args) => commands::report::run(args),
         Command::Scheduler(args) => commands::scheduler::run(args),

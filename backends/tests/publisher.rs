@@ -12,7 +12,8 @@
 //! `accepts_comment` answering both ways and leaving nothing behind; `posted` finding task
 //! markers and finding fingerprints in review bodies, inline comments and issue comments but
 //! not in pending reviews; statuses (descriptions cut to 140 characters); comments; labels
-//! listed and applied (a new one created).
+//! listed and applied (a new one created); an organisation's repositories listed over several
+//! pages with their default branch, archived and fork flags, size and visibility.
 //!
 //! GitHub only (the second half): App authentication (the JWT only for the installation lookup
 //! and the token exchange, the token reused, refreshed near its expiry), personal tokens, the
@@ -28,7 +29,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use verdict_backends::publish::github::{GitHubAuth, GitHubConfig, GitHubPublisher};
 use verdict_backends::publish::{
-    Author, Issue, ItemState, MemoryPublisher, PublishError, Publisher, PullRequest,
+    Author, HostedRepository, Issue, ItemState, MemoryPublisher, PublishError, Publisher,
+    PullRequest,
 };
 use verdict_backends::secret::Secret;
 use verdict_proto::publication::{
@@ -36,7 +38,8 @@ use verdict_proto::publication::{
     fingerprint_marker, marker,
 };
 use verdict_testkit::github::{
-    AuthKind, FakeGitHub, FakeIssue, FakePullRequest, GitHubRequest, TEST_APP_PRIVATE_KEY, app_jwt,
+    AuthKind, FakeGitHub, FakeIssue, FakePullRequest, FakeRepoTraits, GitHubRequest,
+    TEST_APP_PRIVATE_KEY, app_jwt,
 };
 
 use support::wait::within;
@@ -311,6 +314,42 @@ impl Harness {
         }
     }
 
+    /// Adds the repositories to their organisations (on GitHub, with the App installed on them
+    /// as well as on acme/shop).
+    fn add_org_repositories(&self, repos: &[HostedRepository]) {
+        match &self.backend {
+            Backend::Memory(memory) => {
+                for r in repos {
+                    memory.add_repository(r.clone());
+                }
+            }
+            Backend::GitHub(fake) => {
+                let mut names = vec![(OWNER.to_owned(), REPO.to_owned())];
+                for r in repos {
+                    let (owner, name) = r.full_name.split_once('/').unwrap();
+                    fake.add_repository(owner, name, &r.clone_url);
+                    fake.describe_repository(
+                        owner,
+                        name,
+                        FakeRepoTraits {
+                            default_branch: r.default_branch.clone(),
+                            archived: r.archived,
+                            fork: r.fork,
+                            size_kib: r.size_kib,
+                            visibility: r.visibility.clone(),
+                        },
+                    );
+                    names.push((owner.to_owned(), name.to_owned()));
+                }
+                let names: Vec<(&str, &str)> = names
+                    .iter()
+                    .map(|(o, n)| (o.as_str(), n.as_str()))
+                    .collect();
+                fake.install_app(APP_ID, TEST_APP_PRIVATE_KEY, INSTALLATION_ID, &names);
+            }
+        }
+    }
+
     fn define_labels(&self, labels: &[&str]) {
         match &self.backend {
             Backend::Memory(memory) => memory.define_labels(&repo(), labels),
@@ -523,7 +562,49 @@ on_every_publisher!(
     statuses_are_set_with_descriptions_cut_to_140_characters,
     comments_are_posted_on_issues_and_pull_requests,
     labels_are_listed_and_applied_and_new_ones_created,
+    an_organisations_repositories_are_listed_over_every_page,
 );
+
+/// 130 repositories of `bigorg` (more than one page of 100): every tenth archived, every
+/// seventh a fork, every fifth public, some with another default branch.
+fn org_repositories(html_root: &str) -> Vec<HostedRepository> {
+    (0..130)
+        .map(|i| HostedRepository {
+            full_name: format!("bigorg/repo-{i:03}"),
+            clone_url: format!("/srv/repos/bigorg/repo-{i:03}"),
+            html_url: format!("{html_root}/bigorg/repo-{i:03}"),
+            default_branch: if i % 11 == 0 { "trunk" } else { "main" }.to_owned(),
+            archived: i % 10 == 3,
+            fork: i % 7 == 2,
+            size_kib: 10 + i,
+            visibility: if i % 5 == 0 { "public" } else { "private" }.to_owned(),
+        })
+        .collect()
+}
+
+async fn an_organisations_repositories_are_listed_over_every_page(h: &Harness) {
+    let html_root = match &h.backend {
+        Backend::GitHub(fake) => fake.web_url(),
+        Backend::Memory(_) => "https://github.example".to_owned(),
+    };
+    let seeded = org_repositories(html_root.trim_end_matches('/'));
+    // Seeded out of order: the listing is by full name whatever the host's own order.
+    let mut shuffled = seeded.clone();
+    shuffled.reverse();
+    h.add_org_repositories(&shuffled);
+    let listed = h
+        .publisher()
+        .organisation_repositories("BigOrg")
+        .await
+        .unwrap();
+    assert_eq!(listed, seeded);
+    assert_eq!(listed.iter().filter(|r| r.archived).count(), 13);
+    assert_eq!(listed.iter().filter(|r| r.fork).count(), 19);
+    assert_not_found(
+        h.publisher().organisation_repositories("no-such-org").await,
+        "organisation no-such-org",
+    );
+}
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -1157,6 +1238,29 @@ async fn an_app_not_installed_on_the_repository_is_not_found_and_says_so() {
     assert!(text.contains("GitHub App 42 on acme/elsewhere"), "{text}");
     assert!(text.contains("is installed on the repository"), "{text}");
     assert_eq!(fake.tokens_issued(), 0);
+}
+
+#[tokio::test]
+async fn an_organisation_is_listed_with_type_all_a_hundred_a_page_along_the_link_header() {
+    let h = Harness::github().await;
+    h.add_org_repositories(&org_repositories(&h.fake().web_url()));
+    let listed = h
+        .publisher()
+        .organisation_repositories("bigorg")
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 130);
+    let pages = requests_to(h.fake(), "GET", "/orgs/bigorg/repos");
+    assert_eq!(pages.len(), 2, "{pages:#?}");
+    let first = pages[0].query.as_deref().unwrap();
+    assert!(first.contains("type=all"), "{first}");
+    assert!(first.contains("per_page=100"), "{first}");
+    assert!(pages[1].query.as_deref().unwrap().contains("page=2"));
+    // The App's installation is found through the organisation, once.
+    assert_eq!(
+        requests_to(h.fake(), "GET", "/orgs/bigorg/installation").len(),
+        1
+    );
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use verdict_backends::secret::Secret;
 use verdict_backends::store::StoredEvent;
 use verdict_proto::wire::ProgressEvent;
 
-use crate::api::routes::task_location;
+use crate::api::routes::{batch_location, task_location};
 use crate::api::sse::{END_EVENT, ERROR_EVENT, StreamEnd};
 use crate::api::{ErrorBody, MAX_BODY_BYTES};
 use crate::document::TaskDocument;
@@ -178,6 +178,34 @@ impl ApiClient {
 
     pub async fn submit_scan(&self, s: &ScanSubmission) -> Result<Submitted, ClientError> {
         self.submit("/v1/scans", s).await
+    }
+
+    /// A scan batch (an organisation or a manifest); its id names it in [`ApiClient::scan_batch`].
+    pub async fn submit_scan_batch(
+        &self,
+        s: &crate::service::ScanBatchSubmission,
+    ) -> Result<Submitted, ClientError> {
+        self.submit("/v1/scans", s).await
+    }
+
+    /// The scan batch with its members and counts.
+    pub async fn scan_batch(
+        &self,
+        id: &str,
+    ) -> Result<crate::scan_batch::ScanBatchDocument, ClientError> {
+        let req = self.http.get(self.url(&batch_location(id)));
+        self.call(req).await
+    }
+
+    /// Drives the scan batch on now; the batch as it is.
+    pub async fn resume_scan_batch(
+        &self,
+        id: &str,
+    ) -> Result<crate::scan_batch::ScanBatchDocument, ClientError> {
+        let req = self
+            .http
+            .post(self.url(&format!("{}/resume", batch_location(id))));
+        self.call(req).await
     }
 
     /// The task document.

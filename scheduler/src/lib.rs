@@ -6,6 +6,8 @@
 //! - [`engine`]: the `Scheduler` implementing it, assembled from one part per job: submission,
 //!   task records, intake, transitions, progress, the outbox, the results loop and the sweeper,
 //!   all on the broker and store traits.
+//! - [`scan_batch`]: organisation scans as data — a batch of scan tasks, the repository
+//!   filters, the batch document with its counts.
 //! - [`diff_pieces`]: a review's diff cut into per-file pieces stored by hash, with coverage.
 //! - [`scan_shards`]: a scan's files classified (scanned or skipped with a reason) and packed
 //!   into shards by a token budget.
@@ -38,6 +40,7 @@ pub mod report;
 pub mod result;
 pub mod scan_merge;
 pub mod scan_shards;
+pub mod scan_batch;
 pub mod service;
 pub mod task;
 pub mod webhook;

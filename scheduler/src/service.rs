@@ -108,6 +108,50 @@ pub struct ScanSubmission {
     pub options: SubmissionOptions,
 }
 
+/// `POST /v1/scans` for many repositories at once (issue 10): an organisation's repositories on
+/// the configured code host, chosen by the filters, or the repositories of a manifest. One scan
+/// task per repository at bulk priority, tracked as a batch (`GET /v1/scans/{id}`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScanBatchSubmission {
+    /// The organisation (or user) whose repositories are scanned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub organisation: Option<String>,
+    /// The repositories to scan, instead of an organisation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<Vec<ManifestEntry>>,
+    /// Globs on repository names (`OWNER/NAME` when the pattern has a `/`); none: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub include: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// Scan forks too (left out by default).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forks: bool,
+    /// Scan archived repositories too (left out by default).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archived: bool,
+    /// The revision every repository is scanned at; by default each one's default branch (a
+    /// manifest entry's own `ref` comes before it).
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// Applied to every member task; `idempotency_key` names the batch instead (the same key
+    /// answers with the same batch).
+    #[serde(default)]
+    pub options: SubmissionOptions,
+}
+
+/// One repository of a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestEntry {
+    /// A git URL the scheduler may read.
+    pub repository: String,
+    /// The revision to scan; the batch's `ref`, else the default branch (`HEAD`).
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+}
+
 /// Per-task overrides of configured defaults.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -155,6 +199,9 @@ pub enum ServiceError {
     /// 404.
     #[error("task {0} does not exist")]
     NotFound(String),
+    /// 404 for `GET /v1/scans/{id}`.
+    #[error("scan batch {0} does not exist")]
+    NoSuchBatch(String),
     /// 400: the request is wrong; the message names the field and the fix.
     #[error("{0}")]
     Invalid(String),
@@ -186,6 +233,26 @@ pub trait TaskService: Send + Sync + std::fmt::Debug {
         s: IssueAnalysisSubmission,
     ) -> BoxFuture<'_, Result<Submitted, ServiceError>>;
     fn submit_scan(&self, s: ScanSubmission) -> BoxFuture<'_, Result<Submitted, ServiceError>>;
+
+    /// Accepts a scan batch at once (its repositories are enumerated in the background) and
+    /// answers with its id.
+    fn submit_scan_batch(
+        &self,
+        s: ScanBatchSubmission,
+    ) -> BoxFuture<'_, Result<Submitted, ServiceError>>;
+
+    /// The batch with its members' states and counts.
+    fn scan_batch<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<crate::scan_batch::ScanBatchDocument, ServiceError>>;
+
+    /// Drives the batch on again now: enumerates it if that never finished, creates the member
+    /// tasks not yet created; finished repositories are never scanned again.
+    fn resume_scan_batch<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<crate::scan_batch::ScanBatchDocument, ServiceError>>;
 
     /// The task document, events included.
     fn task<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<TaskDocument, ServiceError>>;

@@ -182,6 +182,32 @@ impl TaskService for Fake {
         })
     }
 
+    fn submit_scan_batch(
+        &self,
+        s: verdict_scheduler::service::ScanBatchSubmission,
+    ) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
+        // This double keeps no batches: it answers with the organisation it was given.
+        Box::pin(async move {
+            Ok(Submitted {
+                id: format!("batch-{}", s.organisation.unwrap_or_default()),
+            })
+        })
+    }
+
+    fn scan_batch<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<verdict_scheduler::scan_batch::ScanBatchDocument, ServiceError>> {
+        Box::pin(async move { Err(ServiceError::NoSuchBatch(id.to_owned())) })
+    }
+
+    fn resume_scan_batch<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<verdict_scheduler::scan_batch::ScanBatchDocument, ServiceError>> {
+        Box::pin(async move { Err(ServiceError::NoSuchBatch(id.to_owned())) })
+    }
+
     fn task<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<TaskDocument, ServiceError>> {
         Box::pin(async move {
             self.state
@@ -1274,4 +1300,200 @@ async fn client_gives_up_after_the_reconnect_budget() {
         "{e:?}"
     );
     assert!(e.to_string().contains("event log read timed out"), "{e}");
+}
+
+/// Issue 10: an organisation scan over the API — accepted at once, enumerated in the
+/// background from the code host, archived repositories, forks, excluded names and hosts the
+/// allowlist refuses left out with their reasons, one bulk scan task per remaining repository;
+/// the same idempotency key and a resume name the same batch and create no second task.
+#[tokio::test]
+async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository() {
+    use verdict_backends::publish::{HostedRepository, MemoryPublisher};
+    use verdict_backends::repo::MemoryRepositorySource;
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let repositories = Arc::new(MemoryRepositorySource::new());
+    let publisher = Arc::new(MemoryPublisher::new());
+    let names = [
+        ("api", false, false, "git.example.com"),
+        ("web", false, false, "git.example.com"),
+        ("old", true, false, "git.example.com"),
+        ("copy", false, true, "git.example.com"),
+        ("web-legacy", false, false, "git.example.com"),
+        ("elsewhere", false, false, "evil.example.net"),
+    ];
+    for (name, archived, fork, host) in names {
+        let url = format!("https://{host}/acme/{name}.git");
+        repositories.insert_revision(&url, "main", HEAD_COMMIT);
+        publisher.add_repository(HostedRepository {
+            full_name: format!("acme/{name}"),
+            clone_url: url,
+            html_url: format!("https://{host}/acme/{name}"),
+            default_branch: "main".to_owned(),
+            archived,
+            fork,
+            size_kib: 3,
+            visibility: "private".to_owned(),
+        });
+    }
+    let (scheduler, registry) = support::memory_scheduler_with(
+        repositories,
+        Some(publisher.clone() as Arc<dyn verdict_backends::publish::Publisher>),
+    );
+    let auth = ApiAuth::new([Secret::new(TOKEN)]).unwrap();
+    let router = api::router(scheduler.clone(), auth, registry);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let srv = Server {
+        base: format!("http://{addr}"),
+        fake: Arc::new(Fake::default()),
+        http: reqwest::Client::new(),
+    };
+
+    let body = json!({
+        "organisation": "acme",
+        "exclude": ["*-legacy"],
+        "options": {"idempotency_key": "nightly-1"},
+    })
+    .to_string();
+    let r = srv.post_json("/v1/scans", &body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let location = r.headers()[LOCATION].to_str().unwrap().to_owned();
+    let id = r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(location, format!("/v1/scans/{id}"));
+
+    let batch = batch_when(&srv, &id, |b| {
+        b["counts"]["total"] == 2 && b["counts"]["queued"] == 0
+    })
+    .await;
+    assert_eq!(batch["state"], "running", "{batch:#}");
+    assert_eq!(batch["organisation"], "acme");
+    let members: Vec<&str> = batch["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["repository"].as_str().unwrap())
+        .collect();
+    assert_eq!(members, ["acme/api", "acme/web"]);
+    let skipped: HashMap<&str, &str> = batch["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["repository"].as_str().unwrap(),
+                s["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(skipped.len(), 4, "{skipped:#?}");
+    assert!(skipped["acme/old"].starts_with("archived"));
+    assert!(skipped["acme/copy"].starts_with("a fork"));
+    assert!(skipped["acme/web-legacy"].contains("exclude"));
+    assert!(skipped["acme/elsewhere"].starts_with("refused by the repository allowlist"));
+
+    // Every member is a scan task (bulk priority: a scan's default) on its default branch.
+    let ids: Vec<String> = batch["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["task_id"].as_str().unwrap().to_owned())
+        .collect();
+    for (task, name) in ids.iter().zip(["api", "web"]) {
+        let doc = document_when(&srv, task, |d| d["repository"]["commit"].is_string()).await;
+        assert_eq!(doc["kind"], "scan", "{doc:#}");
+        assert_eq!(doc["pipeline"], "scan", "{doc:#}");
+        assert_eq!(doc["repository"]["revision"], "main");
+        assert_eq!(
+            doc["repository"]["url"],
+            format!("https://git.example.com/acme/{name}.git")
+        );
+    }
+
+    // The same key is the same batch; a resume re-drives it and creates nothing new.
+    let again = srv.post_json("/v1/scans", &body).send().await.unwrap();
+    assert_eq!(again.json::<Value>().await.unwrap()["id"], id.as_str());
+    let listed_before = publisher.calls();
+    let resumed = srv
+        .http
+        .post(srv.url(&format!("/v1/scans/{id}/resume")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), StatusCode::ACCEPTED);
+    let after = batch_when(&srv, &id, |b| b["counts"]["total"] == 2).await;
+    let ids_after: Vec<&str> = after["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["task_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids_after, ids);
+    assert_eq!(
+        publisher.calls(),
+        listed_before,
+        "an enumerated batch is not listed again"
+    );
+
+    // A task id is not a batch; a batch needs exactly one source.
+    let r = srv
+        .get(&format!("/v1/scans/{}", ids[0]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let both = json!({"organisation": "acme", "manifest": [{"repository": REPO_URL}]}).to_string();
+    let r = srv.post_json("/v1/scans", &both).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let unknown = json!({"organisation": "acme", "forkz": true}).to_string();
+    let r = srv.post_json("/v1/scans", &unknown).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let message = r.json::<Value>().await.unwrap()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("forkz"), "{message}");
+
+    // An organisation the code host does not know fails the batch with the reason.
+    let body = json!({"organisation": "nobody"}).to_string();
+    let r = srv.post_json("/v1/scans", &body).send().await.unwrap();
+    let id = r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let failed = batch_when(&srv, &id, |b| b["state"] == "failed").await;
+    assert!(
+        failed["reason"]
+            .as_str()
+            .unwrap()
+            .contains("organisation nobody"),
+        "{failed:#}"
+    );
+}
+
+/// The scan batch's document once `done` holds for it (enumeration runs in the background).
+async fn batch_when(srv: &Server, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let doc: Value = srv
+                .get(&format!("/v1/scans/{id}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if done(&doc) {
+                return doc;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the batch reaches the state in time")
 }

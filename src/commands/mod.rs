@@ -4,6 +4,7 @@ pub mod contract;
 pub mod dev;
 pub mod diff_lines;
 pub mod report;
+pub mod scan;
 pub mod scheduler;
 pub mod submit;
 pub mod tail;

@@ -146,6 +146,65 @@ pub fn sample_repo(dir: &Path) -> std::io::Result<PathBuf> {
     Ok(dir.to_path_buf())
 }
 
+/// A small repository of its own at `dir` (created), for organisation scans: one commit on
+/// `main` with a README and a module naming `name`, so that no two repositories have the same
+/// content. Two git processes (`init`, `fast-import`), so fifty take well under a second or two.
+pub fn small_repo(dir: &Path, name: &str) -> std::io::Result<PathBuf> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let git = |args: &[&str]| {
+        let mut c = Command::new("git");
+        c.args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+        c
+    };
+    std::fs::create_dir_all(dir)?;
+    let init = git(&["init", "--quiet", "-b", "main"]).output()?;
+    if !init.status.success() {
+        return Err(std::io::Error::other(format!(
+            "git init {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&init.stderr)
+        )));
+    }
+    let readme = format!("# {name}\n\nA generated repository for organisation scans.\n");
+    let module = format!(
+        "def {}_total(items):\n    return sum(items) / len(items)\n",
+        name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    );
+    let mut stream = String::new();
+    for (mark, text) in [(1, &readme), (2, &module)] {
+        stream.push_str(&format!(
+            "blob\nmark :{mark}\ndata {}\n{text}\n",
+            text.len()
+        ));
+    }
+    let message = format!("Create {name}");
+    stream.push_str(&format!(
+        "commit refs/heads/main\ncommitter t <t@t> 1700000000 +0000\ndata {}\n{message}\nM 100644 :1 README.md\nM 100644 :2 src/lib.py\n\n",
+        message.len()
+    ));
+    let mut child = git(&["fast-import", "--quiet"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(stream.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "git fast-import {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(dir.to_path_buf())
+}
+
 /// Scripts the fake provider so that every stage answers validly, forever; tests then override
 /// the one stage they are about.
 pub fn script_valid_answers(fake: &crate::FakeProvider) {

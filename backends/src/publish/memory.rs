@@ -12,7 +12,10 @@ use verdict_proto::publication::{
     DraftComment, ItemKind, ItemRef, RepoId, ReviewDraft, ReviewEvent, StatusDraft,
 };
 
-use super::{Issue, Posted, PostedItem, PublishError, Publisher, PullRequest, collect_posted};
+use super::{
+    HostedRepository, Issue, Posted, PostedItem, PublishError, Publisher, PullRequest,
+    collect_posted,
+};
 use crate::BoxFuture;
 
 /// GitHub's words for an inline comment outside the diff (its 422 `errors` entry).
@@ -54,6 +57,8 @@ struct State {
     items: BTreeMap<(RepoId, u64), Item>,
     repo_labels: BTreeMap<RepoId, Vec<String>>,
     statuses: BTreeMap<RepoId, Vec<StatusDraft>>,
+    /// Organisations' repositories by lowercase organisation, then full name.
+    organisations: BTreeMap<String, BTreeMap<String, HostedRepository>>,
     next_id: u64,
     /// Errors the next calls return, in order (fault injection).
     failures: VecDeque<PublishError>,
@@ -128,6 +133,21 @@ impl MemoryPublisher {
             repo.clone(),
             labels.iter().map(|l| (*l).to_owned()).collect(),
         );
+    }
+
+    /// Adds (or replaces) a repository of the organisation its full name begins with.
+    pub fn add_repository(&self, repo: HostedRepository) {
+        let org = repo
+            .full_name
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        self.lock()
+            .organisations
+            .entry(org)
+            .or_default()
+            .insert(repo.full_name.to_ascii_lowercase(), repo);
     }
 
     /// The next calls (of any method) fail with these errors, in order.
@@ -429,6 +449,22 @@ impl Publisher for MemoryPublisher {
                 }
             }
             Ok(())
+        })
+    }
+
+    fn organisation_repositories<'a>(
+        &'a self,
+        org: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<HostedRepository>, PublishError>> {
+        Box::pin(async move {
+            let state = self.begin()?;
+            state
+                .organisations
+                .get(&org.to_ascii_lowercase())
+                .map(|repos| repos.values().cloned().collect())
+                .ok_or_else(|| PublishError::NotFound {
+                    what: format!("organisation {org}"),
+                })
         })
     }
 }

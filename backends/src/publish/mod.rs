@@ -13,6 +13,9 @@
 //!   inline comments (the diff safety zone).
 //! - [`github`]: [`GitHubPublisher`], the GitHub REST API (App or token authentication, GitHub
 //!   Enterprise base URLs), which also gives git its credentials for fetches.
+//!
+//! The code host is also where an organisation scan finds its repositories
+//! ([`Publisher::organisation_repositories`]): the same credentials read the organisation's list.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -95,9 +98,34 @@ pub trait Publisher: Send + Sync + fmt::Debug {
         item: &'a ItemRef,
         labels: &'a [String],
     ) -> BoxFuture<'a, Result<(), PublishError>>;
+
+    /// Every repository of organisation `org` the credentials can see (GitHub's
+    /// `GET /orgs/{org}/repos?type=all`, all pages), archived ones and forks included — the
+    /// caller filters. Ordered by full name.
+    fn organisation_repositories<'a>(
+        &'a self,
+        org: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<HostedRepository>, PublishError>>;
 }
 
 /// Whether an issue or pull request is open.
+/// One repository of an organisation as the code host lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HostedRepository {
+    /// `OWNER/NAME`.
+    pub full_name: String,
+    /// What git clones (`https://…/OWNER/NAME.git`).
+    pub clone_url: String,
+    pub html_url: String,
+    pub default_branch: String,
+    pub archived: bool,
+    pub fork: bool,
+    /// GitHub's size in KiB.
+    pub size_kib: u64,
+    /// `public`, `private` or `internal`.
+    pub visibility: String,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ItemState {
     Open,

@@ -6,6 +6,9 @@
 //! | route | answer |
 //! | --- | --- |
 //! | `POST /v1/reviews`, `/v1/issue-analyses`, `/v1/scans` | `202`, `Location`, `{"id"}` |
+//! | `POST /v1/scans` with `organisation` or `manifest` | `202`, `Location: /v1/scans/{id}`, `{"id"}` (a batch) |
+//! | `GET /v1/scans/{id}` | the [`ScanBatchDocument`](crate::scan_batch::ScanBatchDocument) |
+//! | `POST /v1/scans/{id}/resume` | `202` and the batch, driven on now |
 //! | `GET /v1/tasks/{id}` | the [`TaskDocument`](crate::document::TaskDocument) |
 //! | `GET /v1/tasks/{id}/events` | Server-Sent Events ([`sse`]) |
 //! | `POST /v1/tasks/{id}/cancel` | `202` and the document; `409` once terminal |
@@ -101,6 +104,8 @@ pub fn router_with_webhooks(
         .route("/v1/reviews", post(routes::submit_review))
         .route("/v1/issue-analyses", post(routes::submit_issue_analysis))
         .route("/v1/scans", post(routes::submit_scan))
+        .route("/v1/scans/{id}", get(routes::get_scan_batch))
+        .route("/v1/scans/{id}/resume", post(routes::resume_scan_batch))
         .route("/v1/tasks/{id}", get(routes::get_task))
         .route("/v1/tasks/{id}/events", get(sse::task_events))
         .route("/v1/tasks/{id}/cancel", post(routes::cancel))

@@ -15,7 +15,8 @@ use super::ApiState;
 use super::error::{ApiError, ErrorDetail};
 use super::json::ApiJson;
 use crate::service::{
-    IssueAnalysisSubmission, ReviewSubmission, ScanSubmission, ServiceError, Submitted,
+    IssueAnalysisSubmission, ReviewSubmission, ScanBatchSubmission, ScanSubmission, ServiceError,
+    Submitted,
 };
 
 pub(crate) async fn submit_review(
@@ -32,11 +33,60 @@ pub(crate) async fn submit_issue_analysis(
     accepted(state.service.submit_issue_analysis(submission).await)
 }
 
+/// One repository (`repository`, `revision`: a task, `Location: /v1/tasks/{id}`) or many
+/// (`organisation` or `manifest`: a batch, `Location: /v1/scans/{id}`), told apart by those
+/// fields; each form is then read strictly, unknown fields named.
 pub(crate) async fn submit_scan(
     State(state): State<ApiState>,
-    ApiJson(submission): ApiJson<ScanSubmission>,
+    ApiJson(body): ApiJson<serde_json::Value>,
 ) -> Result<Response, ApiError> {
-    accepted(state.service.submit_scan(submission).await)
+    let batch = body
+        .as_object()
+        .is_some_and(|o| o.contains_key("organisation") || o.contains_key("manifest"));
+    let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::internal(e.to_string()))?;
+    if batch {
+        let submission: ScanBatchSubmission = super::json::parse(&bytes)?;
+        let submitted = state.service.submit_scan_batch(submission).await?;
+        let location = HeaderValue::from_str(&batch_location(&submitted.id))
+            .map_err(|_| ApiError::internal("a batch id cannot be put in a Location header"))?;
+        let mut response = (StatusCode::ACCEPTED, Json(submitted)).into_response();
+        response.headers_mut().insert(LOCATION, location);
+        Ok(response)
+    } else {
+        let submission: ScanSubmission = super::json::parse(&bytes)?;
+        accepted(state.service.submit_scan(submission).await)
+    }
+}
+
+/// `GET /v1/scans/{id}`: the batch with its members and counts.
+pub(crate) async fn get_scan_batch(
+    State(state): State<ApiState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = task_id(path)?;
+    Ok(Json(state.service.scan_batch(&id).await?).into_response())
+}
+
+/// `POST /v1/scans/{id}/resume`: the batch driven on now; `202` with the batch as it is.
+pub(crate) async fn resume_scan_batch(
+    State(state): State<ApiState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = task_id(path)?;
+    let doc = state.service.resume_scan_batch(&id).await?;
+    Ok((StatusCode::ACCEPTED, Json(doc)).into_response())
+}
+
+/// `id` percent-encoded as one path segment.
+fn segment(id: &str) -> String {
+    task_location(id)
+        .trim_start_matches("/v1/tasks/")
+        .to_owned()
+}
+
+/// The path of a scan batch, its id percent-encoded as one path segment.
+pub fn batch_location(id: &str) -> String {
+    format!("/v1/scans/{}", segment(id))
 }
 
 /// `202 Accepted`, `Location: /v1/tasks/{id}` and `{"id": ...}`.

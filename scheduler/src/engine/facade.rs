@@ -23,9 +23,10 @@ use super::{Parts, Scheduler, SchedulerDeps, SchedulerSettings, unavailable};
 use crate::document::TaskDocument;
 use crate::metrics;
 use crate::pipeline;
+use crate::scan_batch::{BatchRecord, ScanBatchDocument};
 use crate::service::{
-    IssueAnalysisSubmission, Readiness, ReviewSubmission, ScanSubmission, ServiceError, Submitted,
-    TaskService,
+    IssueAnalysisSubmission, Readiness, ReviewSubmission, ScanBatchSubmission, ScanSubmission,
+    ServiceError, Submitted, TaskService,
 };
 use crate::task::TaskRecord;
 
@@ -237,6 +238,60 @@ impl TaskService for Scheduler {
         Box::pin(async move {
             let task = service.defaults.scan(s, service.now())?;
             service.admit(task).await
+        })
+    }
+
+    fn submit_scan_batch(
+        &self,
+        mut s: ScanBatchSubmission,
+    ) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
+        Box::pin(async move {
+            let key = s.options.idempotency_key.take();
+            if key
+                .as_ref()
+                .is_some_and(|k| k.trim().is_empty() || k.len() > 256)
+            {
+                return Err(ServiceError::Invalid(
+                    "options.idempotency_key must be 1 to 256 characters".into(),
+                ));
+            }
+            let id = key.map_or_else(submission::new_id, |k| {
+                submission::id_for_key(&format!("scan-batch:{k}"))
+            });
+            // The member tasks' own options are checked as any scan's, before anything is
+            // stored: a bad language or timeout refuses the batch, not each member later.
+            let probe = ScanSubmission {
+                repository: "batch".to_owned(),
+                revision: "HEAD".to_owned(),
+                options: s.options.clone(),
+            };
+            self.service().defaults.scan(probe, self.service().now())?;
+            let batch = BatchRecord::new(id.clone(), s, self.service().now())
+                .map_err(ServiceError::Invalid)?;
+            if self.batches().create(&batch).await? {
+                self.batches().spawn(self, &id, false);
+            }
+            Ok(Submitted { id })
+        })
+    }
+
+    fn scan_batch<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<ScanBatchDocument, ServiceError>> {
+        Box::pin(self.batches().document(id))
+    }
+
+    fn resume_scan_batch<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<ScanBatchDocument, ServiceError>> {
+        Box::pin(async move {
+            let batch = self.batches().load(id).await?;
+            if !batch.state.is_terminal() {
+                self.batches().spawn(self, id, true);
+            }
+            self.batches().document(id).await
         })
     }
 

@@ -210,6 +210,12 @@ impl Intake {
         }
     }
 
+    /// The intake pool's slots and its time limit, which a scan batch's enumeration shares
+    /// (`engine::batches`): listing an organisation is intake work too.
+    pub fn pool(&self) -> (Arc<Semaphore>, Duration) {
+        (self.slots.clone(), self.timeout)
+    }
+
     /// How long an intake owns its task, in milliseconds.
     pub fn timeout_ms(&self) -> u64 {
         u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX)

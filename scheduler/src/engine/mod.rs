@@ -31,6 +31,9 @@
 //! - [`sweeper`]: what a crashed replica left: abandoned intakes taken over, planned stages
 //!   republished, publications retried.
 //! - [`queues`]: the broker's counts of each queue polled into gauges, in a loop of its own.
+//! - [`batches`]: scan batches — an organisation's repositories enumerated in the intake pool,
+//!   one scan task per repository created idempotently, the batch driven on after a crash and
+//!   marked finished.
 //!
 //! [`Scheduler::run`] only receives: each stage result and dead letter is handled in a task of
 //! its own, and the sweeper passes run in a loop of their own, so nothing slow (a repository, the
@@ -55,6 +58,7 @@ use crate::pipeline::PipelineSettings;
 use crate::service::ServiceError;
 
 mod allowlist;
+mod batches;
 mod dead_letters;
 mod facade;
 mod intake;
@@ -74,6 +78,7 @@ pub use allowlist::{
 };
 pub use submission::{TextLimits, new_id};
 
+use batches::Batches;
 use dead_letters::DeadLetters;
 use facade::Service;
 use intake::Intake;
@@ -168,6 +173,7 @@ struct Inner {
     results: Results,
     dead_letters: DeadLetters,
     sweeper: Sweeper,
+    batches: Batches,
     broker: Arc<dyn Broker>,
     sweep_interval: Duration,
     queue_stats_interval: Duration,
@@ -234,6 +240,14 @@ impl Scheduler {
                 results: Results::new(&deps, &settings, &parts),
                 dead_letters: DeadLetters::new(&deps, &settings, &parts),
                 sweeper: Sweeper::new(&deps, &settings, &parts),
+                batches: Batches::new(
+                    &deps,
+                    &settings,
+                    &parts.records,
+                    parts.intake.pool(),
+                    &background,
+                    &stop,
+                ),
                 broker: deps.broker,
                 sweep_interval: settings.sweep_interval,
                 queue_stats_interval: settings.queue_stats_interval,
@@ -269,6 +283,11 @@ impl Scheduler {
             inner.queue_stats_interval,
             inner.stop.clone(),
         ));
+        inner.background.spawn(batch_loop(
+            self.clone(),
+            inner.sweep_interval,
+            inner.stop.clone(),
+        ));
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -296,6 +315,25 @@ impl Scheduler {
 
     fn service(&self) -> &Service {
         &self.inner.service
+    }
+
+    fn batches(&self) -> &Batches {
+        &self.inner.batches
+    }
+}
+
+/// The scan batches' pass, beside the sweeper's and at its interval: batches a stopped replica
+/// left are driven on, finished ones marked so.
+async fn batch_loop(scheduler: Scheduler, interval: Duration, stop: CancellationToken) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        scheduler.batches().sweep(&scheduler).await;
     }
 }
 

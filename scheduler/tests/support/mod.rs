@@ -21,6 +21,15 @@ use verdict_scheduler::pipeline::PipelineSettings;
 pub fn memory_scheduler(
     repositories: Arc<MemoryRepositorySource>,
 ) -> (Arc<Scheduler>, prometheus::Registry) {
+    memory_scheduler_with(repositories, None)
+}
+
+/// [`memory_scheduler`] with a code host (organisation scans list their repositories there).
+#[allow(dead_code)] // not every test crate using this module reads a code host
+pub fn memory_scheduler_with(
+    repositories: Arc<MemoryRepositorySource>,
+    publisher: Option<Arc<dyn verdict_backends::publish::Publisher>>,
+) -> (Arc<Scheduler>, prometheus::Registry) {
     let store = Arc::new(MemoryStore::new());
     let registry = prometheus::Registry::new();
     let deps = SchedulerDeps {
@@ -31,7 +40,7 @@ pub fn memory_scheduler(
         inputs: store.clone(),
         results: store,
         repositories,
-        publisher: None,
+        publisher,
         resolver: Arc::new(StaticResolver::new()),
         clock: Arc::new(SystemClock),
         metrics: SchedulerMetrics::register(&registry).expect("metrics register once"),

@@ -54,8 +54,8 @@ pub mod webhook;
 pub use auth::{app_jwt, sign_app_jwt};
 pub use key::TEST_APP_PRIVATE_KEY;
 pub use model::{
-    AuthKind, FakeIssue, FakeIssueComment, FakePullRequest, FakeReview, FakeReviewComment,
-    FakeStatus, GitHubRequest,
+    AuthKind, FakeIssue, FakeIssueComment, FakePullRequest, FakeRepoTraits, FakeReview,
+    FakeReviewComment, FakeStatus, GitHubRequest,
 };
 
 use crate::record::WaitTimeout;
@@ -174,8 +174,16 @@ impl FakeGitHub {
                 statuses: Vec::new(),
                 commits: BTreeSet::new(),
                 created: SystemTime::now(),
+                traits: FakeRepoTraits::default(),
             },
         );
+    }
+
+    /// Sets what listings say of an existing repository: default branch, archived, fork, size,
+    /// visibility. `GET /orgs/{org}/repos` lists every repository added under `org`.
+    pub fn describe_repository(&self, owner: &str, name: &str, traits: FakeRepoTraits) {
+        let mut state = self.state();
+        repo_or_panic(&mut state, owner, name).traits = traits;
     }
 
     /// Makes a commit known to the repository, so statuses may be set on it (heads and bases of
@@ -376,6 +384,14 @@ impl FakeGitHub {
         self.state()
             .hangs
             .push((method.to_owned(), path.to_owned()));
+    }
+
+    /// Requests to `method path` are answered again from now on (those hanging already keep
+    /// hanging until the server stops).
+    pub fn stop_hanging(&self, method: &str, path: &str) {
+        self.state()
+            .hangs
+            .retain(|(m, p)| !(m.eq_ignore_ascii_case(method) && p == path));
     }
 
     /// Every review of the pull request, pending ones included, in creation order (deleted

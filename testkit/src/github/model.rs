@@ -60,6 +60,31 @@ impl FakePullRequest {
     }
 }
 
+/// What the organisation listing says of a repository besides its name and clone URL
+/// (`FakeGitHub::describe_repository`). The default is GitHub's for a new private repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeRepoTraits {
+    pub default_branch: String,
+    pub archived: bool,
+    pub fork: bool,
+    /// GitHub's `size`, in KiB.
+    pub size_kib: u64,
+    /// `public`, `private` or `internal`.
+    pub visibility: String,
+}
+
+impl Default for FakeRepoTraits {
+    fn default() -> Self {
+        FakeRepoTraits {
+            default_branch: "main".to_owned(),
+            archived: false,
+            fork: false,
+            size_kib: 1,
+            visibility: "private".to_owned(),
+        }
+    }
+}
+
 /// An issue as a test sets it up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FakeIssue {

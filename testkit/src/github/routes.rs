@@ -379,6 +379,12 @@ fn route(
                 _ => Reply::error(StatusCode::UNAUTHORIZED, JWT_UNDECODABLE, DOCS),
             };
         }
+        ("GET", ["orgs", org, "installation"]) => {
+            return match credential {
+                Credential::Jwt { app_id } => org_installation(state, urls, *app_id, org),
+                _ => Reply::error(StatusCode::UNAUTHORIZED, JWT_UNDECODABLE, DOCS),
+            };
+        }
         ("POST", ["app", "installations", id, "access_tokens"]) => {
             return match credential {
                 Credential::Jwt { app_id } => access_token(state, urls, *app_id, id, call, now),
@@ -409,6 +415,9 @@ fn route(
             return Reply::bad_credentials();
         }
     };
+    if let ("GET", ["orgs", org, "repos"]) = (call.method, call.segments.as_slice()) {
+        return list_org_repos(state, urls, org, &caller, call);
+    }
     let ["repos", owner, name, rest @ ..] = call.segments.as_slice() else {
         return Reply::not_found();
     };
@@ -646,6 +655,76 @@ fn access_token(
 }
 
 // ---- repositories, pull requests, issues ----------------------------------------------------
+
+/// `GET /orgs/{org}/repos`: the organisation's repositories the caller may see, filtered by
+/// `type` (`all` by default; `public`, `private`, `forks`, `sources`, `member`), sorted by
+/// `sort` (`created` by default, or `updated`, `pushed`, `full_name`) in `direction` (`asc` for
+/// `full_name`, else `desc`, unless given), one page at a time. An organisation with no
+/// repository is a 404, as GitHub answers for an organisation that does not exist.
+fn list_org_repos(
+    state: &State,
+    urls: &Urls,
+    org: &str,
+    caller: &Caller,
+    call: &Call<'_>,
+) -> Reply {
+    let param = |name: &str| {
+        call.query.and_then(|q| {
+            q.split('&')
+                .filter_map(|p| p.split_once('='))
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_owned())
+        })
+    };
+    let owner = org.to_ascii_lowercase();
+    let mut repos: Vec<&super::state::Repo> = state
+        .repos
+        .iter()
+        .filter(|(key, _)| key.0 == owner)
+        .filter(|(key, _)| caller.scope.as_ref().is_none_or(|s| s.contains(*key)))
+        .map(|(_, r)| r)
+        .collect();
+    if repos.is_empty() && !state.repos.keys().any(|k| k.0 == owner) {
+        return Reply::not_found();
+    }
+    let kind = param("type").unwrap_or_else(|| "all".to_owned());
+    repos.retain(|r| match kind.as_str() {
+        "public" => r.traits.visibility == "public",
+        "private" => r.traits.visibility != "public",
+        "forks" => r.traits.fork,
+        "sources" => !r.traits.fork,
+        _ => true,
+    });
+    let sort = param("sort").unwrap_or_else(|| "created".to_owned());
+    if sort == "full_name" {
+        repos.sort_by_key(|r| r.full_name().to_ascii_lowercase());
+    } else {
+        repos.sort_by_key(|r| (r.created, r.id));
+    }
+    let ascending = match param("direction").as_deref() {
+        Some("asc") => true,
+        Some("desc") => false,
+        _ => sort == "full_name",
+    };
+    if !ascending {
+        repos.reverse();
+    }
+    let items = repos.iter().map(|r| json::repository(urls, r)).collect();
+    paginated(urls, call, items)
+}
+
+/// `GET /orgs/{org}/installation`: the app's installation covering a repository of `org`.
+fn org_installation(state: &State, urls: &Urls, app_id: u64, org: &str) -> Reply {
+    let owner = org.to_ascii_lowercase();
+    let found = state
+        .installations
+        .iter()
+        .find(|(_, i)| i.app_id == app_id && i.repos.iter().any(|k| k.0 == owner));
+    match found {
+        Some((id, _)) => Reply::ok(json::installation(urls, *id, app_id, org)),
+        None => Reply::not_found(),
+    }
+}
 
 fn get_repository(state: &State, urls: &Urls, key: &RepoKey) -> Reply {
     match state.repos.get(key) {

@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use super::hunks::{self, FileDiff};
 use super::model::{
-    FakeIssue, FakeIssueComment, FakePullRequest, FakeReview, FakeStatus, GitHubRequest,
+    FakeIssue, FakeIssueComment, FakePullRequest, FakeRepoTraits, FakeReview, FakeStatus,
+    GitHubRequest,
 };
 
 /// GitHub's owner and repository names are case-insensitive; state is keyed by the lowercase
@@ -142,6 +143,8 @@ pub(crate) struct Repo {
     /// Commits a status may be set on besides the pull requests' heads and bases.
     pub commits: BTreeSet<String>,
     pub created: SystemTime,
+    /// Default branch, archived, fork, size and visibility, as listings show them.
+    pub traits: FakeRepoTraits,
 }
 
 impl Repo {

@@ -187,6 +187,49 @@ impl App {
     /// The installation token for `repo`: cached, or looked up and exchanged now.
     pub async fn token(&self, api: &Api, repo: &RepoId) -> Result<Secret, PublishError> {
         let installation = self.installation(api, repo).await?;
+        self.installation_token(api, repo, installation).await
+    }
+
+    /// The installation token for organisation `org` (its installation looked up with
+    /// `GET /orgs/{org}/installation`, cached under the organisation with an empty name, which
+    /// no repository has).
+    pub async fn organisation_token(&self, api: &Api, org: &str) -> Result<Secret, PublishError> {
+        let key = RepoId {
+            owner: org.to_owned(),
+            name: String::new(),
+        };
+        let installation = {
+            let slot = slot(&self.installations, &key);
+            let mut held = slot.lock().await;
+            match *held {
+                Some(id) => id,
+                None => {
+                    let jwt = self.key.jwt(self.now())?;
+                    let found: wire::Installation = api
+                        .get(
+                            &format!("/orgs/{org}/installation"),
+                            &jwt,
+                            &format!(
+                                "the installation of GitHub App {} on organisation {org}",
+                                self.key.app_id()
+                            ),
+                        )
+                        .await?;
+                    *held = Some(found.id);
+                    found.id
+                }
+            }
+        };
+        self.installation_token(api, &key, installation).await
+    }
+
+    /// The token of `installation` (found for `repo`): cached, or exchanged now.
+    async fn installation_token(
+        &self,
+        api: &Api,
+        repo: &RepoId,
+        installation: u64,
+    ) -> Result<Secret, PublishError> {
         let slot = slot(&self.tokens, &installation);
         // Held across the exchange: the callers behind it find the fresh token.
         let mut held = slot.lock().await;

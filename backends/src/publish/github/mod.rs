@@ -29,8 +29,8 @@ use verdict_proto::publication::{
 };
 
 use super::{
-    Author, Issue, ItemState, Posted, PostedItem, PublishError, Publisher, PullRequest,
-    collect_posted,
+    Author, HostedRepository, Issue, ItemState, Posted, PostedItem, PublishError, Publisher,
+    PullRequest, collect_posted,
 };
 use crate::BoxFuture;
 use crate::clock::{Clock, SystemClock};
@@ -579,6 +579,57 @@ impl GitHubPublisher {
         .await
     }
 
+    async fn list_organisation(&self, org: &str) -> Result<Vec<HostedRepository>, PublishError> {
+        let what = format!("organisation {org}");
+        let valid = !org.is_empty()
+            && org
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !valid || org == "." || org == ".." {
+            return Err(PublishError::NotFound {
+                what: format!("{what} (not a GitHub organisation name)"),
+            });
+        }
+        let route = format!("/orgs/{org}/repos?type=all&sort=full_name&direction=asc");
+        let (route, what) = (&route, &what);
+        let call = |c: Secret| async move {
+            self.api
+                .get_all::<wire::OrgRepository>(route, &c, what)
+                .await
+        };
+        let listed = match &self.auth {
+            Auth::Token(token) => call(token.clone()).await?,
+            Auth::App(app) => {
+                let token = app.organisation_token(&self.api, org).await?;
+                match call(token.clone()).await {
+                    Err(PublishError::Denied { status: 401, .. }) => {
+                        app.invalidate(&token).await;
+                        call(app.organisation_token(&self.api, org).await?).await?
+                    }
+                    other => other?,
+                }
+            }
+        };
+        let mut repos: Vec<HostedRepository> = listed
+            .into_iter()
+            .map(|r| HostedRepository {
+                visibility: r
+                    .visibility
+                    .unwrap_or_else(|| if r.private { "private" } else { "public" }.to_owned()),
+                full_name: r.full_name,
+                clone_url: r.clone_url,
+                html_url: r.html_url,
+                default_branch: r.default_branch.unwrap_or_else(|| "HEAD".to_owned()),
+                archived: r.archived,
+                fork: r.fork,
+                size_kib: r.size,
+            })
+            .collect();
+        repos.sort_by_key(|r| r.full_name.to_ascii_lowercase());
+        repos.dedup_by(|a, b| a.full_name.eq_ignore_ascii_case(&b.full_name));
+        Ok(repos)
+    }
+
     /// The `Authorization` header git sends for `url`, if these credentials serve it.
     async fn git_headers(&self, url: &str) -> Result<Vec<Secret>, RepoError> {
         let Some((host, repo)) = self.served(url) else {
@@ -686,6 +737,13 @@ impl Publisher for GitHubPublisher {
         labels: &'a [String],
     ) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(self.apply_labels(item, labels))
+    }
+
+    fn organisation_repositories<'a>(
+        &'a self,
+        org: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<HostedRepository>, PublishError>> {
+        Box::pin(self.list_organisation(org))
     }
 }
 

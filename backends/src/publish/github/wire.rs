@@ -28,6 +28,28 @@ pub(super) struct Repository {
     pub clone_url: String,
 }
 
+/// An entry of `GET /orgs/{org}/repos`.
+#[derive(Debug, Deserialize)]
+pub(super) struct OrgRepository {
+    pub full_name: String,
+    pub clone_url: String,
+    pub html_url: String,
+    /// Absent for an empty repository on some GitHub Enterprise versions.
+    #[serde(default)]
+    pub default_branch: Option<String>,
+    #[serde(default)]
+    pub archived: bool,
+    #[serde(default)]
+    pub fork: bool,
+    #[serde(default)]
+    pub size: u64,
+    /// Absent before GitHub Enterprise 3.0: `private` decides then.
+    #[serde(default)]
+    pub visibility: Option<String>,
+    #[serde(default)]
+    pub private: bool,
+}
+
 #[derive(Debug, Deserialize)]
 pub(super) struct Branch {
     pub sha: String,
