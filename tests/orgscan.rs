@@ -342,12 +342,40 @@ async fn a_50_repository_organisation_scan_survives_its_command_being_killed_and
         "every repository was scanned exactly once"
     );
 
-    // A second resume of the finished batch scans nothing.
-    let third = rig.scan(&["--resume", &id]);
+    // A second resume of the finished batch scans nothing, and writes the batch's report.
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().to_str().unwrap();
+    let third = rig.scan(&["--resume", &id, "--report", dir]);
     let events = third.until(Duration::from_secs(30), is_finished);
     assert_eq!(events.last().unwrap()["counts"]["done"], MEMBERS);
     assert_eq!(third.exit(Duration::from_secs(10)), 0);
     assert_eq!(rig.scans_paid(), MEMBERS);
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["organisation"], ORG);
+    assert_eq!(report["totals"]["repositories"], MEMBERS);
+    let names: Vec<&str> = report["repositories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), MEMBERS);
+    assert!(names.iter().all(|n| n.starts_with("acme/")), "{names:?}");
+    assert!(
+        report["repositories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["state"] == "completed"),
+        "every repository completed in the report"
+    );
+    let page = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    // The page escapes every value (`/` too): look for the repository part of each name.
+    for name in &names {
+        let repo = name.rsplit('/').next().unwrap();
+        assert!(page.contains(repo), "the page lists {name}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

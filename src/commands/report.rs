@@ -1,24 +1,29 @@
 //! `verdict report`: the organisation report of finished scan tasks, fetched through the API
 //! and written as `report.json` and a self-contained `report.html` (issue 10).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use verdict_scheduler::client::ApiClient;
 use verdict_scheduler::report::{self, Member};
 
 use super::ServerArgs;
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("members").required(true).args(["tasks", "scan"])))]
 pub struct Args {
     /// A scan task to include (repeat for each repository, in the order to list them).
-    #[arg(long = "task", value_name = "ID", required = true)]
+    #[arg(long = "task", value_name = "ID")]
     tasks: Vec<String>,
+    /// Every repository of this scan batch (`verdict scan` printed its id), in the batch's order.
+    #[arg(long, value_name = "BATCH_ID", conflicts_with = "tasks")]
+    scan: Option<String>,
     /// The directory to write `report.json` and `report.html` into (created if missing).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
-    /// The organisation the report is titled with; default: the owner of the first
-    /// repository's URL.
+    /// The organisation the report is titled with; default: the batch's organisation, else the
+    /// owner of the first repository's URL.
     #[arg(long, value_name = "NAME")]
     organisation: Option<String>,
     #[command(flatten)]
@@ -27,25 +32,72 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client = args.server.client()?;
-    let members = super::runtime()?.block_on(async {
-        let mut members = Vec::with_capacity(args.tasks.len());
-        for id in &args.tasks {
-            let document = client
-                .task(id)
-                .await
-                .with_context(|| format!("fetch task {id}"))?;
-            let Some(url) = document.repository.as_ref().map(|r| r.url.clone()) else {
-                bail!("task {id} names no repository; a report lists repository scans");
-            };
-            members.push(Member {
-                url,
-                document,
-                cost_usd: None,
-            });
-        }
-        anyhow::Ok(members)
+    super::runtime()?.block_on(async {
+        let (tasks, organisation) = match &args.scan {
+            Some(batch) => {
+                let doc = client
+                    .scan_batch(batch)
+                    .await
+                    .with_context(|| format!("fetch scan batch {batch}"))?;
+                let tasks: Vec<String> = doc.task_ids().into_iter().map(str::to_owned).collect();
+                (tasks, args.organisation.clone().or(doc.organisation))
+            }
+            None => (args.tasks.clone(), args.organisation.clone()),
+        };
+        let written = write(&client, &tasks, organisation, &args.out).await?;
+        super::print(&written.summary())
     })?;
-    let organisation = args.organisation.clone().unwrap_or_else(|| {
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What [`write`] wrote.
+pub struct Written {
+    repositories: usize,
+    findings: usize,
+    json: PathBuf,
+    html: PathBuf,
+}
+
+impl Written {
+    pub fn summary(&self) -> String {
+        format!(
+            "{} repositories, {} findings: {} and {}\n",
+            self.repositories,
+            self.findings,
+            self.json.display(),
+            self.html.display()
+        )
+    }
+}
+
+/// Fetches the scan tasks `tasks` through the API and writes their report, titled
+/// `organisation` (default: the owner of the first repository), as `out/report.json` and
+/// `out/report.html`.
+pub async fn write(
+    client: &ApiClient,
+    tasks: &[String],
+    organisation: Option<String>,
+    out: &Path,
+) -> anyhow::Result<Written> {
+    if tasks.is_empty() {
+        bail!("no scan task to report on (the batch has no member yet?)");
+    }
+    let mut members = Vec::with_capacity(tasks.len());
+    for id in tasks {
+        let document = client
+            .task(id)
+            .await
+            .with_context(|| format!("fetch task {id}"))?;
+        let Some(url) = document.repository.as_ref().map(|r| r.url.clone()) else {
+            bail!("task {id} names no repository; a report lists repository scans");
+        };
+        members.push(Member {
+            url,
+            document,
+            cost_usd: None,
+        });
+    }
+    let organisation = organisation.unwrap_or_else(|| {
         members
             .first()
             .map(|m| report::repository_name(&m.url))
@@ -59,18 +111,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let built = report::build(&organisation, &members, now);
     let page = report::html(&built)?;
     let json = serde_json::to_string_pretty(&built).context("serialise the report")?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
-    let json_path = args.out.join("report.json");
-    let html_path = args.out.join("report.html");
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    let json_path = out.join("report.json");
+    let html_path = out.join("report.html");
     std::fs::write(&json_path, json + "\n")
         .with_context(|| format!("write {}", json_path.display()))?;
     std::fs::write(&html_path, page).with_context(|| format!("write {}", html_path.display()))?;
-    super::print(&format!(
-        "{} repositories, {} findings: {} and {}\n",
-        built.totals.repositories,
-        built.totals.findings,
-        json_path.display(),
-        html_path.display()
-    ))?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Written {
+        repositories: built.totals.repositories,
+        findings: built.totals.findings,
+        json: json_path,
+        html: html_path,
+    })
 }

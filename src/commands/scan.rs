@@ -68,6 +68,10 @@ pub struct Args {
     /// One JSON event per line on standard output instead of the progress bar.
     #[arg(long)]
     json: bool,
+    /// When the batch has finished, write its organisation report (`report.json`,
+    /// `report.html`) into this directory, as `verdict report --scan ID` does.
+    #[arg(long, value_name = "DIR", conflicts_with = "repo")]
+    report: Option<PathBuf>,
     /// How often the batch is read, in milliseconds.
     #[arg(long, default_value_t = 500, value_name = "MS")]
     poll_ms: u64,
@@ -127,13 +131,20 @@ async fn scan(client: &ApiClient, args: &Args) -> anyhow::Result<ExitCode> {
     };
     let mut out = Output::new(args.json);
     out.batch(&id)?;
-    follow(
+    let (code, doc) = follow(
         client,
         &id,
         Duration::from_millis(args.poll_ms.max(50)),
         &mut out,
     )
-    .await
+    .await?;
+    if let Some(dir) = &args.report {
+        let tasks: Vec<String> = doc.task_ids().into_iter().map(str::to_owned).collect();
+        let written = super::report::write(client, &tasks, doc.organisation.clone(), dir).await?;
+        // Standard output carries the JSON events with --json; the report's paths go beside them.
+        eprint!("report: {}", written.summary());
+    }
+    Ok(code)
 }
 
 /// The single-repository scan: one task, followed to its end like `submit scan --wait`.
@@ -213,7 +224,7 @@ async fn follow(
     id: &str,
     every: Duration,
     out: &mut Output,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<(ExitCode, ScanBatchDocument)> {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -226,11 +237,12 @@ async fn follow(
         if doc.is_settled() {
             out.finish(&doc)?;
             let clean = doc.state == BatchState::Finished && doc.counts.failed == 0;
-            return Ok(if clean {
+            let code = if clean {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
-            });
+            };
+            return Ok((code, doc));
         }
     }
 }

@@ -507,8 +507,9 @@ impl Batches {
             })
             .await?;
         if finished.finished_unix_ms == Some(now) {
-            // TODO(report): render the organisation report of the finished batch here (its
-            // member task ids in order: `scan_batch::document(&finished, &states).task_ids()`).
+            // The report is built on demand from the members' documents (`verdict report
+            // --scan ID`, `verdict scan --report DIR`), never stored: it cannot go stale and
+            // costs nothing until someone asks for it (decision 158).
             tracing::info!(batch = %id, members = states.len(), "scan batch finished");
         }
         self.documents

@@ -253,9 +253,20 @@ fn finding(f: &Value, url: &str, commit: Option<&str>) -> ReportFinding {
 
 /// `owner/repo` of an `https://host/owner/repo(.git)` URL, else the URL as given.
 pub fn repository_name(url: &str) -> String {
-    match host_and_path(url) {
-        Some((_, path)) => path,
-        None => url.to_owned(),
+    if let Some((_, path)) = host_and_path(url) {
+        return path;
+    }
+    // Another git URL (`git@host:owner/repo.git`, `ssh://…`) or a path the scheduler reads:
+    // its last two segments name it as people do.
+    let trimmed = url.trim_end_matches('/');
+    let trimmed = trimmed.strip_suffix(".git").unwrap_or(trimmed);
+    let segments: Vec<&str> = trimmed
+        .split(['/', ':'])
+        .filter(|s| !s.is_empty())
+        .collect();
+    match segments.as_slice() {
+        [.., owner, repo] => format!("{owner}/{repo}"),
+        _ => url.to_owned(),
     }
 }
 

@@ -138,7 +138,12 @@ fn links_follow_the_repositorys_host_and_only_https_repositories_have_them() {
         file_link("https://github.com/o", "abc", "a.rs", None, None),
         None
     );
-    assert_eq!(repository_name("/srv/repos/r"), "/srv/repos/r");
+    // Other URLs and paths are named by their last two segments, as people name repositories.
+    assert_eq!(repository_name("/srv/repos/r"), "repos/r");
+    assert_eq!(repository_name("/srv/git/acme/api.git/"), "acme/api");
+    assert_eq!(repository_name("git@github.com:acme/api.git"), "acme/api");
+    assert_eq!(repository_name("ssh://git@host:2222/acme/api"), "acme/api");
+    assert_eq!(repository_name("solo"), "solo");
 }
 
 #[test]
