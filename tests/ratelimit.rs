@@ -151,6 +151,8 @@ default_provider = "fake"
 concurrency = 8
 bulk_concurrency = 0
 cache_dir = "{cache}"
+# Every member asks the same question: the response cache would answer most of them.
+response_cache = false
 
 [providers.fake]
 kind = "openai"
