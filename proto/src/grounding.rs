@@ -465,8 +465,20 @@ fn check_one(
             };
         }
         Some(QuoteMatch::At(ranges)) => {
-            if ranges.iter().any(|&(s, e)| s <= end && start <= e) {
-                (start, end, None)
+            if let Some(&(s, e)) = ranges.iter().find(|&&(s, e)| s <= end && start <= e) {
+                if end > view.line_count {
+                    // Overlapping the quote, yet running past the file's end: the quote's own
+                    // lines are the ones that exist.
+                    let why = format!(
+                        "{} of `{path}` run past its last line ({}); the quoted code is at {}",
+                        shown(start, end),
+                        view.line_count,
+                        shown(s, e)
+                    );
+                    (s, e, Some(why))
+                } else {
+                    (start, end, None)
+                }
             } else if let [(s, e)] = ranges[..] {
                 let why = format!(
                     "the quoted code is at {} of `{path}`, not {}",
