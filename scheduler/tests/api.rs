@@ -1325,6 +1325,12 @@ async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository(
     for (name, archived, fork, host) in names {
         let url = format!("https://{host}/acme/{name}.git");
         repositories.insert_revision(&url, "main", HEAD_COMMIT);
+        // A scan lists the commit's files at intake: each repository has one to scan.
+        repositories.insert(
+            &url,
+            HEAD_COMMIT,
+            verdict_backends::repo::MemoryTree::new().file("src/lib.rs", "pub fn f() {}\n"),
+        );
         publisher.add_repository(HostedRepository {
             full_name: format!("acme/{name}"),
             clone_url: url,
