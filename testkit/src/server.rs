@@ -186,9 +186,14 @@ impl FakeProvider {
         timeout: Duration,
     ) -> Result<Vec<RecordedRequest>, WaitTimeout> {
         let mut received = self.shared.received.subscribe();
-        let reached = tokio::time::timeout(timeout, received.wait_for(|count| *count >= n)).await;
+        // The watch's read guard is dropped here, before the requests are locked: `record`
+        // takes the requests' lock and then the watch's write lock, so holding both the other
+        // way round deadlocked a test whose provider was busy.
+        let reached = tokio::time::timeout(timeout, received.wait_for(|count| *count >= n))
+            .await
+            .map(|waited| waited.map(|_| ()));
         match reached {
-            Ok(Ok(_)) => Ok(self.requests()),
+            Ok(Ok(())) => Ok(self.requests()),
             // The sender lives in `shared`, which `self` keeps alive: only the timeout is real.
             Ok(Err(_)) | Err(_) => Err(WaitTimeout {
                 wanted: n,
