@@ -22,10 +22,11 @@ use tokio::time::{Instant, timeout};
 use verdict_backends::store::memory::MemoryStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_backends::store::{
-    CachedAnswer, CancelSignals, Claim, DocumentStore, EventLog, EventSink, InputError, InputStore,
-    ResponseCache, ResponseJournal, ResultStore, StageState, StoreError, TranscriptStore,
-    content_hash, event, resolve,
+    Account, BudgetLedger, CachedAnswer, CancelSignals, Claim, DocumentStore, EventLog, EventSink,
+    InputError, InputStore, Reservation, ResponseCache, ResponseJournal, ResultStore, StageState,
+    Standing, StoreError, TranscriptStore, content_hash, event, resolve,
 };
+use verdict_proto::budget::{Amount, Limit};
 use verdict_proto::chat::{ChatResponse, FinishReason, TokenUsage};
 use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::transcript::Transcript;
@@ -514,6 +515,146 @@ async fn check_response_cache(cache: &dyn ResponseCache) {
     assert_eq!(cache.get_answer("scan/p3/v1/other").await.unwrap(), None);
 }
 
+fn budget_account(organisation: &str) -> Account {
+    Account {
+        organisation: organisation.into(),
+        period: "2026-12".into(),
+        keep_until_unix_ms: 4_102_444_800_000,
+    }
+}
+
+/// The ledger's contract (SPEC X5): reservations that would pass a limit are refused without
+/// change, each holder is counted once however often it reserves or settles, and settling
+/// swaps a hold for what was really spent.
+async fn check_budget_ledger(ledger: Arc<dyn BudgetLedger>) {
+    let acme = budget_account("acme");
+    let limit = Limit {
+        tokens: Some(1_000),
+        micro_usd: Some(50),
+    };
+    assert_eq!(ledger.standing(&acme).await.unwrap(), Standing::default());
+    let granted = ledger
+        .reserve(&acme, "t1", Amount::new(600, 20), limit)
+        .await
+        .unwrap();
+    let held = Standing {
+        spent: Amount::default(),
+        held: Amount::new(600, 20),
+    };
+    assert_eq!(granted, Reservation::Granted(held));
+    // The same holder again (a second intake) is granted and counted once.
+    assert_eq!(
+        ledger
+            .reserve(&acme, "t1", Amount::new(600, 20), limit)
+            .await
+            .unwrap(),
+        Reservation::Granted(held)
+    );
+    // 600 held + 500 would pass 1,000 tokens; the µ$ ceiling alone would also refuse.
+    assert_eq!(
+        ledger
+            .reserve(&acme, "t2", Amount::new(500, 1), limit)
+            .await
+            .unwrap(),
+        Reservation::Refused(held)
+    );
+    assert_eq!(
+        ledger
+            .reserve(&acme, "t2", Amount::new(10, 31), limit)
+            .await
+            .unwrap(),
+        Reservation::Refused(held)
+    );
+    // Exactly at the limit is within it.
+    assert_eq!(
+        ledger
+            .reserve(&acme, "t3", Amount::new(400, 30), limit)
+            .await
+            .unwrap(),
+        Reservation::Granted(Standing {
+            spent: Amount::default(),
+            held: Amount::new(1_000, 50),
+        })
+    );
+    // t1 cost less than it held: the difference is free again, once.
+    assert!(
+        ledger
+            .settle(&acme, "t1", Amount::new(250, 7))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !ledger
+            .settle(&acme, "t1", Amount::new(250, 7))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !ledger
+            .settle(&acme, "never", Amount::new(9, 9))
+            .await
+            .unwrap()
+    );
+    let after = Standing {
+        spent: Amount::new(250, 7),
+        held: Amount::new(400, 30),
+    };
+    assert_eq!(ledger.standing(&acme).await.unwrap(), after);
+    // A settled holder reserving again (a replayed intake) changes nothing.
+    assert_eq!(
+        ledger
+            .reserve(&acme, "t1", Amount::new(600, 20), limit)
+            .await
+            .unwrap(),
+        Reservation::Granted(after)
+    );
+    // Without a ceiling anything is granted; other accounts are apart.
+    let open = Limit::default();
+    assert!(matches!(
+        ledger
+            .reserve(&acme, "t4", Amount::new(u64::from(u32::MAX), 0), open)
+            .await
+            .unwrap(),
+        Reservation::Granted(_)
+    ));
+    assert_eq!(
+        ledger.standing(&budget_account("other")).await.unwrap(),
+        Standing::default()
+    );
+    let spent_later = Account {
+        period: "2027-01".into(),
+        ..acme.clone()
+    };
+    assert_eq!(
+        ledger.standing(&spent_later).await.unwrap(),
+        Standing::default()
+    );
+
+    // Replicas racing for the last room: exactly one of them gets it.
+    let race = budget_account("race");
+    let tight = Limit {
+        tokens: Some(100),
+        micro_usd: None,
+    };
+    let tries = (0..16).map(|i| {
+        let ledger = ledger.clone();
+        let race = race.clone();
+        tokio::spawn(async move {
+            ledger
+                .reserve(&race, &format!("r{i}"), Amount::new(60, 0), tight)
+                .await
+                .unwrap()
+        })
+    });
+    let mut granted = 0;
+    for answer in futures_util::future::join_all(tries).await {
+        if matches!(answer.unwrap(), Reservation::Granted(_)) {
+            granted += 1;
+        }
+    }
+    assert_eq!(granted, 1);
+}
+
 fn transcript(task: &str, stage: &str, attempt: u32, started: u64) -> Transcript {
     Transcript {
         task_id: task.into(),
@@ -692,6 +833,19 @@ async fn memory_executor_stores() {
     check_journal(&store).await;
     check_response_cache(&store).await;
     check_transcripts(&store, async |task: &str| store.transcripts_of(task)).await;
+}
+
+#[tokio::test]
+async fn memory_budget_ledger() {
+    check_budget_ledger(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn redis_budget_ledger() {
+    let f = RedisFixture::new().await;
+    check_budget_ledger(Arc::new(f.store.clone())).await;
+    let ttl = f.pttl("budget:acme:2026-12").await;
+    assert!(ttl > 0, "a budget account expires, TTL {ttl}");
 }
 
 #[tokio::test]

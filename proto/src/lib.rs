@@ -1,6 +1,7 @@
 //! verdict's shared language: everything two processes must agree on, and nothing that does I/O.
 //!
 //! # Layout
+//! - [`budget`]: token prices and the amounts budgets count (X5).
 //! - [`diagnostic`]: located, quotable reasons a response broke its contract.
 //! - [`language`]: the output-language normalisation (P6).
 //! - [`protocol`]: the protocol names and families.
@@ -26,6 +27,7 @@
 //! Callers pass in everything that varies (boundary markers, timestamps), so every function here is
 //! deterministic and testable from data files.
 
+pub mod budget;
 pub mod chat;
 pub mod contract;
 pub mod contracts;

@@ -6,7 +6,6 @@
 //! created at 0 by [`WorkerMetrics::initialise`], so `rate()` and `increase()` see a series
 //! before its first event.
 
-use std::collections::HashMap;
 
 use prometheus::{
     CounterVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -65,39 +64,7 @@ pub fn queue_label(priority: Priority) -> &'static str {
     }
 }
 
-/// What one million tokens cost on a provider, in US dollars (`[providers.<name>]`
-/// `input_usd_per_million_tokens`, `output_usd_per_million_tokens`).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct TokenPrice {
-    pub input_per_million: f64,
-    pub output_per_million: f64,
-}
-
-impl TokenPrice {
-    /// The estimated cost of one call's tokens.
-    pub fn cost(&self, input_tokens: u64, output_tokens: u64) -> f64 {
-        // Token counts are far below 2^52: the conversion is exact.
-        #[allow(clippy::cast_precision_loss)]
-        let (input, output) = (input_tokens as f64, output_tokens as f64);
-        (input * self.input_per_million + output * self.output_per_million) / 1_000_000.0
-    }
-}
-
-/// The configured prices by provider; a provider without prices has no cost series.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Prices {
-    by_provider: HashMap<String, TokenPrice>,
-}
-
-impl Prices {
-    pub fn set(&mut self, provider: &str, price: TokenPrice) {
-        self.by_provider.insert(provider.to_owned(), price);
-    }
-
-    pub fn get(&self, provider: &str) -> Option<TokenPrice> {
-        self.by_provider.get(provider).copied()
-    }
-}
+pub use verdict_proto::budget::{Prices, TokenPrice};
 
 /// The label values a worker knows from its configuration: which models each stage may call.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -1,7 +1,8 @@
 //! Every shared-state trait in one process, for `verdict dev` and tests, mirroring
 //! [`super::redis::RedisStore`]: the same semantics (claims that expire, first result wins,
 //! ordered replayable streams that wake followers, cancellation notices, compare-and-set
-//! documents, content-addressed inputs, the response journal, transcripts), with time taken from
+//! documents, content-addressed inputs, the response journal, the response cache, transcripts,
+//! the budget ledger), with time taken from
 //! tokio so virtual-time tests can expire claims without waiting.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -14,10 +15,13 @@ use verdict_proto::chat::ChatResponse;
 use verdict_proto::transcript::Transcript;
 use verdict_proto::wire::{EventType, ProgressEvent, StageResult};
 
+use verdict_proto::budget::{Amount, Limit};
+
 use super::{
-    CacheError, CachedAnswer, CancelSignals, Claim, DocumentStore, EventLog, EventSink, InputError,
-    InputStore, JournalError, ResponseCache, ResponseJournal, ResultStore, StageState, StoreError,
-    StoredEvent, TranscriptError, TranscriptStore, Versioned, content_hash,
+    Account, BudgetLedger, CacheError, CachedAnswer, CancelSignals, Claim, DocumentStore, EventLog,
+    EventSink, InputError, InputStore, JournalError, Reservation, ResponseCache, ResponseJournal,
+    ResultStore, StageState, Standing, StoreError, StoredEvent, TranscriptError, TranscriptStore,
+    Versioned, content_hash,
 };
 use crate::BoxFuture;
 
@@ -49,6 +53,14 @@ struct State {
     answers: HashMap<String, CachedAnswer>,
     /// In the order they were first stored; one per task, stage and attempt.
     transcripts: Vec<Transcript>,
+    budgets: HashMap<Account, Ledger>,
+}
+
+/// One budget account: the aggregate, and each holder's hold (`None` once settled).
+#[derive(Debug, Default)]
+struct Ledger {
+    standing: Standing,
+    holds: HashMap<String, Option<Amount>>,
 }
 
 #[derive(Debug, Default)]
@@ -475,6 +487,64 @@ impl ResponseCache for MemoryStore {
             .entry(key.to_owned())
             .or_insert_with(|| answer.clone());
         Box::pin(async { Ok(()) })
+    }
+}
+
+impl BudgetLedger for MemoryStore {
+    fn reserve<'a>(
+        &'a self,
+        account: &'a Account,
+        holder: &'a str,
+        estimate: Amount,
+        limit: Limit,
+    ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
+        let mut state = self.state();
+        let ledger = state.budgets.entry(account.clone()).or_default();
+        let answer = if ledger.holds.contains_key(holder) {
+            Reservation::Granted(ledger.standing)
+        } else if limit.allows(ledger.standing.committed().plus(estimate)) {
+            ledger.holds.insert(holder.to_owned(), Some(estimate));
+            ledger.standing.held = ledger.standing.held.plus(estimate);
+            Reservation::Granted(ledger.standing)
+        } else {
+            Reservation::Refused(ledger.standing)
+        };
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn settle<'a>(
+        &'a self,
+        account: &'a Account,
+        holder: &'a str,
+        actual: Amount,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let mut state = self.state();
+        let settled = match state
+            .budgets
+            .get_mut(account)
+            .and_then(|l| l.holds.get_mut(holder).map(|h| (h.take(), &mut l.standing)))
+        {
+            Some((Some(hold), standing)) => {
+                standing.held = Amount::new(
+                    standing.held.tokens.saturating_sub(hold.tokens),
+                    standing.held.micro_usd.saturating_sub(hold.micro_usd),
+                );
+                standing.spent = standing.spent.plus(actual);
+                true
+            }
+            _ => false,
+        };
+        Box::pin(async move { Ok(settled) })
+    }
+
+    fn standing<'a>(&'a self, account: &'a Account) -> BoxFuture<'a, Result<Standing, StoreError>> {
+        let standing = self
+            .state()
+            .budgets
+            .get(account)
+            .map(|l| l.standing)
+            .unwrap_or_default();
+        Box::pin(async move { Ok(standing) })
     }
 }
 

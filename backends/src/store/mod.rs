@@ -1,6 +1,6 @@
 //! Shared state behind small traits (SPEC E7, O3, O4): stage claims and results, progress event
 //! streams, cancellation signals and versioned documents (task records), content-addressed stage
-//! inputs, the response journal and transcripts. [`redis::RedisStore`] implements every one of
+//! inputs, the response journal, the response cache, transcripts and the budget ledger. [`redis::RedisStore`] implements every one of
 //! them on Redis; [`memory::MemoryStore`] in process, for `verdict dev` and tests.
 //!
 //! **Invariant:** only `store::redis` knows Redis; everything else speaks these traits.
@@ -11,6 +11,7 @@ use verdict_proto::wire::{ProgressEvent, StageResult};
 
 use crate::BoxFuture;
 
+mod budget;
 mod cache;
 mod events;
 mod inputs;
@@ -19,6 +20,7 @@ pub mod memory;
 pub mod redis;
 mod transcripts;
 
+pub use budget::{Account, BudgetLedger, Reservation, Standing};
 pub use cache::{CacheError, CachedAnswer, ResponseCache};
 pub use events::{EventSink, event};
 pub use inputs::{InputError, InputStore, ResolvedInput, content_hash, resolve};
@@ -209,6 +211,7 @@ pub trait StateStore:
     + ResponseJournal
     + ResponseCache
     + TranscriptStore
+    + BudgetLedger
 {
 }
 
@@ -221,5 +224,6 @@ impl<T> StateStore for T where
         + ResponseJournal
         + ResponseCache
         + TranscriptStore
+        + BudgetLedger
 {
 }

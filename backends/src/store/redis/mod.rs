@@ -1,6 +1,7 @@
 //! Every state store on Redis (SPEC E7, O3, O4, Q5), so that workers and scheduler replicas share
-//! claims, results, progress streams, cancellations, task documents, inputs, the response journal
-//! and transcripts, and survive a Redis outage by reconnecting instead of crashing.
+//! claims, results, progress streams, cancellations, task documents, inputs, the response journal,
+//! the response cache, transcripts and budgets, and survive a Redis outage by reconnecting
+//! instead of crashing.
 //!
 //! # Connections
 //! - Commands share one [`ConnectionManager`] (multiplexed, reconnects in the background). A
@@ -28,10 +29,12 @@
 //! | `P cache:{cache key}` | string: JSON `CachedAnswer` | `response_cache_ttl` |
 //! | `P transcript:{task}:{stage}:{attempt}` | string: JSON `Transcript` | `transcript_ttl` |
 //! | `P transcripts:{task}` | set of transcript keys (the read-back index) | `transcript_ttl` |
+//! | `P budget:{organisation}:{period}` | hash: spent and held totals, `hold:{task}` per task | 35 days after the period |
 //!
 //! Scripts touch several keys of one task, so the layout suits one Redis (or Sentinel), not
 //! Redis Cluster.
 
+mod budget;
 mod cache;
 mod cancel;
 mod documents;
