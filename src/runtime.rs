@@ -155,6 +155,7 @@ impl Assembly {
                 resolver: Arc::new(SystemResolver),
                 clock: b.clock.clone(),
                 metrics: self.scheduler_metrics()?,
+                budgets: store.clone(),
             },
             scheduler_settings(&self.config),
         ))
@@ -266,6 +267,7 @@ fn scheduler_settings(config: &Config) -> SchedulerSettings {
         intake_concurrency: config.scheduler.intake_concurrency,
         intake_timeout: config.scheduler.intake_timeout,
         repositories: config.repositories.allowlist.clone(),
+        budgets: config.budgets.clone(),
         code_host: config.github.as_ref().map(|g| CodeHostSettings {
             web_host: g.web_host.clone(),
             publish: PublishSettings {

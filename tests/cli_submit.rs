@@ -87,6 +87,7 @@ impl Finished {
             coverage: Coverage::default(),
             timings: Timings::default(),
             usage: Usage::default(),
+            cost_usd: None,
         };
         let stored = events
             .into_iter()

@@ -91,10 +91,13 @@ pub enum FailureKind {
     RepositoryUnavailable,
     /// A bug or an unexpected state in verdict itself.
     Internal,
+    /// The task's organisation has not enough budget left for its estimate (SPEC X5): it was
+    /// refused before it started.
+    BudgetExceeded,
 }
 
 impl FailureKind {
-    pub const ALL: [FailureKind; 12] = [
+    pub const ALL: [FailureKind; 13] = [
         FailureKind::ProviderUnavailable,
         FailureKind::RateLimited,
         FailureKind::Timeout,
@@ -107,6 +110,7 @@ impl FailureKind {
         FailureKind::InvalidRequest,
         FailureKind::RepositoryUnavailable,
         FailureKind::Internal,
+        FailureKind::BudgetExceeded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -123,6 +127,7 @@ impl FailureKind {
             FailureKind::InvalidRequest => "invalid_request",
             FailureKind::RepositoryUnavailable => "repository_unavailable",
             FailureKind::Internal => "internal",
+            FailureKind::BudgetExceeded => "budget_exceeded",
         }
     }
 

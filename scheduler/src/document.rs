@@ -233,4 +233,8 @@ pub struct TaskDocument {
     pub timings: Timings,
     #[serde(default)]
     pub usage: Usage,
+    /// What the usage cost in US dollars by the configured price table, when every stage's
+    /// provider has prices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }

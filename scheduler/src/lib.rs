@@ -12,6 +12,7 @@
 //! - [`scan_shards`]: a scan's files classified (scanned or skipped with a reason) and packed
 //!   into shards by a token budget.
 //! - [`scan_merge`]: the shards' scan answers merged into one result.
+//! - [`budget`]: per-organisation budgets as data — accounts, periods, estimates, actual cost.
 //! - [`task`]: the task record (one versioned document per task).
 //! - [`pipeline`]: S1–S7 as a pure state machine over the record.
 //! - [`result`]: result models and the multi-stage result policy.
@@ -27,6 +28,7 @@
 //! - [`milestone`]: progress events as one readable line each.
 
 pub mod api;
+pub mod budget;
 pub mod client;
 pub mod diff_pieces;
 pub mod document;

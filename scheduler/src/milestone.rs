@@ -340,6 +340,7 @@ mod tests {
             },
             timings: Timings::default(),
             usage: Default::default(),
+            cost_usd: None,
         };
         assert_eq!(
             summary(&doc),

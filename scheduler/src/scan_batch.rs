@@ -7,6 +7,7 @@
 use globset::{GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 use verdict_backends::publish::HostedRepository;
+use verdict_proto::budget::Amount;
 
 use crate::document::TaskState;
 use crate::service::{ManifestEntry, ScanBatchSubmission, SubmissionOptions};
@@ -46,7 +47,8 @@ pub struct Filters {
 /// The batch's lifecycle: `enumerating` until its members are known, `running` while they are
 /// created and scanned, `finished` once every member task ended; `failed` when the repositories
 /// could not be listed for a reason another try does not change (an unknown organisation, no
-/// code host configured).
+/// code host configured); `refused` when its pre-flight estimate does not fit its
+/// organisation's budget (SPEC X5), before any member task exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BatchState {
@@ -54,6 +56,7 @@ pub enum BatchState {
     Running,
     Finished,
     Failed,
+    Refused,
 }
 
 impl BatchState {
@@ -63,11 +66,15 @@ impl BatchState {
             BatchState::Running => "running",
             BatchState::Finished => "finished",
             BatchState::Failed => "failed",
+            BatchState::Refused => "refused",
         }
     }
 
     pub fn is_terminal(self) -> bool {
-        matches!(self, BatchState::Finished | BatchState::Failed)
+        matches!(
+            self,
+            BatchState::Finished | BatchState::Failed | BatchState::Refused
+        )
     }
 }
 
@@ -127,6 +134,9 @@ pub struct BatchRecord {
     pub driver_until_unix_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_unix_ms: Option<u64>,
+    /// The pre-flight estimate (SPEC X5), for an organisation with a budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<Amount>,
 }
 
 impl BatchRecord {
@@ -189,6 +199,7 @@ impl BatchRecord {
             created_unix_ms: now,
             driver_until_unix_ms: None,
             finished_unix_ms: None,
+            estimate: None,
         })
     }
 
@@ -342,6 +353,13 @@ pub struct ScanBatchDocument {
     pub created_unix_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_unix_ms: Option<u64>,
+    /// The pre-flight estimate (SPEC X5), for an organisation with a budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<Amount>,
+    /// Members whose scan was refused at intake because the budget was reached: the batch
+    /// stopped at its budget, and its report is partial.
+    #[serde(default)]
+    pub over_budget: usize,
 }
 
 impl ScanBatchDocument {
@@ -406,6 +424,19 @@ pub fn document(record: &BatchRecord, tasks: &[Option<TaskState>]) -> ScanBatchD
         skipped: record.skipped.clone(),
         created_unix_ms: record.created_unix_ms,
         finished_unix_ms: record.finished_unix_ms,
+        estimate: record.estimate,
+        over_budget: 0,
+    }
+}
+
+/// Marks the members whose task the budget refused (`reasons`, in member order): each gets the
+/// refusal as its reason, and the document counts them.
+pub fn mark_over_budget(doc: &mut ScanBatchDocument, reasons: &[Option<String>]) {
+    for (member, reason) in doc.members.iter_mut().zip(reasons) {
+        if let Some(reason) = reason {
+            member.reason = Some(reason.clone());
+            doc.over_budget += 1;
+        }
     }
 }
 

@@ -188,6 +188,10 @@ pub struct TaskRecord {
     /// the same write (so a crash cannot lose it), and kept until publication settles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publication: Option<PublicationRecord>,
+    /// The budget reservation intake made for the task (SPEC X5), settled when it ends; `None`
+    /// when its organisation has no budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::BudgetHold>,
 }
 
 /// Where publishing a task's outcome stands (SPEC G1–G3).
@@ -294,6 +298,7 @@ impl TaskRecord {
                 deadline_unix_ms: self.deadline_unix_ms,
             },
             usage: self.usage(),
+            cost_usd: None,
         }
     }
 }

@@ -68,6 +68,7 @@ fn document(id: &str, kind: TaskKind, pipeline: &str) -> TaskDocument {
         coverage: Coverage::default(),
         timings: Timings::default(),
         usage: Usage::default(),
+        cost_usd: None,
     }
 }
 

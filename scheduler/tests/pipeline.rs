@@ -101,6 +101,7 @@ fn task(pipeline: PipelineKind, triage: bool, reviewers: u8) -> TaskRecord {
         triage_fallback: false,
         github: None,
         publication: None,
+        budget: None,
         trace: Default::default(),
     }
 }

@@ -105,6 +105,7 @@ fn document(
             input_tokens: tokens,
             output_tokens: tokens / 10,
         },
+        cost_usd: None,
     }
 }
 

@@ -183,6 +183,7 @@ fn scan_task(shards: Vec<scan_shards::ScanShard>, commit: &str) -> TaskRecord {
         triage_fallback: false,
         github: None,
         publication: None,
+        budget: None,
         trace: Default::default(),
     }
 }

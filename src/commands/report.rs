@@ -93,8 +93,8 @@ pub async fn write(
         };
         members.push(Member {
             url,
+            cost_usd: document.cost_usd,
             document,
-            cost_usd: None,
         });
     }
     let organisation = organisation.unwrap_or_else(|| {

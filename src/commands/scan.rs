@@ -353,6 +353,8 @@ impl Output {
                 "reason": doc.reason,
                 "counts": c,
                 "task_ids": doc.task_ids(),
+                "estimate": doc.estimate,
+                "over_budget": doc.over_budget,
             }));
         }
         if let Some(bar) = self.bar.take() {
@@ -371,6 +373,17 @@ impl Output {
                 .map(|r| format!(" ({r})"))
                 .unwrap_or_default()
         );
+        if doc.over_budget > 0 {
+            let reason = doc
+                .members
+                .iter()
+                .find_map(|m| m.reason.as_deref().filter(|r| r.contains("budget")))
+                .unwrap_or("the budget was reached");
+            eprintln!(
+                "stopped at its budget: {} of {} repositories were not scanned ({reason})",
+                doc.over_budget, c.total
+            );
+        }
         Ok(())
     }
 }

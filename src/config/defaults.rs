@@ -106,6 +106,11 @@ pub(super) const SCAN_MAX_FILE_BYTES: i64 = 200_000;
 pub(super) const SCAN_MAX_SHARDS: i64 = 64;
 /// The most shards `scan.max_shards` may ask for: one scan stage each.
 pub(super) const SCAN_MAX_SHARDS_LIMIT: i64 = 1_000;
+/// Tokens a budget estimate allows per stage call for the prompt around the content: the
+/// system prompt, the contract and the instructions measure about 1,500–2,500 tokens.
+pub(super) const BUDGET_PROMPT_TOKENS_PER_STAGE: i64 = 3_000;
+/// Tokens a budget estimate allows per stage call for the answer.
+pub(super) const BUDGET_OUTPUT_TOKENS_PER_STAGE: i64 = 2_000;
 
 pub(super) const PROVIDER_TIMEOUT_SECONDS: i64 = 300;
 pub(super) const PROVIDER_CONNECT_TIMEOUT_SECONDS: i64 = 10;

@@ -86,6 +86,9 @@ pub struct Config {
     /// Token prices per provider (`input_usd_per_million_tokens`,
     /// `output_usd_per_million_tokens` of `[providers.<name>]`), for the estimated cost metric.
     pub prices: Prices,
+    /// `[budgets]` and `[organisations.<name>]`: per-organisation token and cost budgets
+    /// (SPEC X5), with each stage's price.
+    pub budgets: verdict_scheduler::budget::BudgetSettings,
     /// Things that are valid but probably not what was meant; log each once at start-up.
     pub warnings: Vec<ConfigWarning>,
 }

@@ -103,6 +103,8 @@ table! {
         retry: Table(RawRetry, RETRY),
         pipeline: Table(RawPipeline, PIPELINE),
         scan: Table(RawScan, SCAN),
+        budgets: Table(RawBudgets, BUDGETS),
+        organisations: Named(RawOrganisation, ORGANISATION, Any),
         github: Table(RawGitHub, GITHUB),
         repositories: Table(RawRepositories, REPOSITORIES),
         providers: Named(RawProvider, PROVIDER, Any),
@@ -212,6 +214,25 @@ table! {
         max_file_bytes: Int,
         max_shards: Int,
         exclude: List,
+    }
+}
+
+table! {
+    /// `[budgets]`
+    RawBudgets, BUDGETS {
+        period: Str,
+        prompt_tokens_per_stage: Int,
+        output_tokens_per_stage: Int,
+        default_tokens: Int,
+        default_usd: Float,
+    }
+}
+
+table! {
+    /// `[organisations.<name>]`
+    RawOrganisation, ORGANISATION {
+        budget_tokens: Int,
+        budget_usd: Float,
     }
 }
 

@@ -885,7 +885,7 @@ fn unknown_keys_list_the_valid_ones() {
     let e = err(&format!("colour = 1\n{BASE}"), &[]);
     assert_eq!(
         e,
-        "config key colour is unknown; valid top-level keys: review_timeout_seconds, protocol_repair_max_attempts, output_language, issue_categories, default_provider, broker, redis, api, scheduler, worker, retry, pipeline, scan, github, repositories, providers, stages"
+        "config key colour is unknown; valid top-level keys: review_timeout_seconds, protocol_repair_max_attempts, output_language, issue_categories, default_provider, broker, redis, api, scheduler, worker, retry, pipeline, scan, budgets, organisations, github, repositories, providers, stages"
     );
 }
 
@@ -1573,5 +1573,85 @@ fn queue_stats_interval_defaults_to_five_seconds() {
     assert!(
         e.contains("scheduler.queue_stats_interval_seconds = 0 is too small"),
         "{e}"
+    );
+}
+
+#[test]
+fn budgets_are_per_organisation_with_a_default_and_need_prices_in_dollars() {
+    let none = ok(BASE, &[]);
+    assert!(!none.budgets.any(), "no budget unless configured");
+    assert_eq!(
+        none.budgets.period,
+        verdict_scheduler::budget::Period::Month
+    );
+    assert_eq!(none.budgets.prompt_tokens_per_stage, 3_000);
+    assert_eq!(none.budgets.output_tokens_per_stage, 2_000);
+
+    let c = ok(
+        &format!(
+            "[budgets]\nperiod = \"day\"\ndefault_tokens = 1000\n[organisations.Acme]\nbudget_tokens = 5000\n{BASE}"
+        ),
+        &[],
+    );
+    assert_eq!(c.budgets.period, verdict_scheduler::budget::Period::Day);
+    assert_eq!(
+        c.budgets.limit_of("acme").and_then(|l| l.tokens),
+        Some(5_000)
+    );
+    assert_eq!(
+        c.budgets.limit_of("other").and_then(|l| l.tokens),
+        Some(1_000)
+    );
+
+    let from_env = ok(
+        BASE,
+        &[("VERDICT_ORGANISATIONS__ACME__BUDGET_TOKENS", "42")],
+    );
+    assert_eq!(
+        from_env.budgets.limit_of("acme").and_then(|l| l.tokens),
+        Some(42)
+    );
+
+    let e = err(&format!("[budgets]\nperiod = \"week\"\n{BASE}"), &[]);
+    assert!(
+        e.contains("budgets.period = \"week\" is not a budget period"),
+        "{e}"
+    );
+    let e = err(&format!("[organisations.acme]\n{BASE}"), &[]);
+    assert!(e.contains("organisations.acme sets no budget"), "{e}");
+    let e = err(
+        &format!("[organisations.acme]\nbudget_tokens = 0\n{BASE}"),
+        &[],
+    );
+    assert!(e.contains("organisations.acme.budget_tokens = 0"), "{e}");
+    let e = err(
+        &format!("[organisations.acme]\nbudget_usd = -2\n{BASE}"),
+        &[],
+    );
+    assert!(
+        e.contains("organisations.acme.budget_usd = -2 is not a budget"),
+        "{e}"
+    );
+    let e = err(
+        &format!("[organisations.acme]\nbudget_usd = 20\n{BASE}"),
+        &[],
+    );
+    assert!(
+        e.contains("providers.local has no prices, but budgets are set in US dollars"),
+        "{e}"
+    );
+    let priced = ok(
+        &format!(
+            "[organisations.acme]\nbudget_usd = 20\n{BASE}input_usd_per_million_tokens = 1\noutput_usd_per_million_tokens = 4\n"
+        ),
+        &[],
+    );
+    let limit = priced.budgets.limit_of("acme").unwrap();
+    assert_eq!(limit.micro_usd, Some(20_000_000));
+    assert!(
+        priced
+            .budgets
+            .prices
+            .contains_key(&verdict_proto::wire::StageKind::Scan)
     );
 }

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 use verdict_proto::Language;
+use verdict_proto::budget::{Limit, usd_to_micro};
 use verdict_proto::repair::{DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_RANGE, RepairMode};
 use verdict_proto::wire::{RepairPolicy, StageKind, Tool};
+use verdict_scheduler::budget::{BudgetSettings, Period};
 use verdict_worker::executor::{ModelLimits, RateLimits};
 use verdict_worker::metrics::{Prices, TokenPrice};
 use verdict_worker::provider::anthropic::DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS;
@@ -580,6 +582,7 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
         let config = stage(kind, s, ctx, &names, &default_provider, repair_max_attempts)?;
         stages.insert(kind, config);
     }
+    let budgets = budgets(raw.budgets, raw.organisations, &stages, &prices, ctx)?;
     let rate_limits = rate_limits(
         &providers,
         &provider_limits,
@@ -609,6 +612,7 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
         stages,
         rate_limits,
         prices,
+        budgets,
         warnings,
     })
 }
@@ -1374,6 +1378,124 @@ fn stage(
         tools,
         repair: RepairPolicy { mode, max_attempts },
         fallback_models,
+    })
+}
+
+/// `[budgets]` and `[organisations.<name>]` (SPEC X5). A budget in dollars needs every stage's
+/// provider priced: otherwise part of the spending could not be counted.
+fn budgets(
+    raw: raw::RawBudgets,
+    organisations: BTreeMap<String, raw::RawOrganisation>,
+    stages: &BTreeMap<StageKind, StageConfig>,
+    prices: &Prices,
+    ctx: &Ctx<'_>,
+) -> Result<BudgetSettings, ConfigError> {
+    let period = match ctx.text("budgets.period", raw.period)?.as_deref() {
+        None | Some("month") => Period::Month,
+        Some("day") => Period::Day,
+        Some(other) => {
+            return Err(ctx.err(
+                "budgets.period",
+                Some(quote(other)),
+                "is not a budget period; use \"month\" (calendar months, UTC) or \"day\"",
+            ));
+        }
+    };
+    let limit = |tokens_key: &str,
+                 tokens: Option<i64>,
+                 usd_key: &str,
+                 usd: Option<f64>|
+     -> Result<Option<Limit>, ConfigError> {
+        let tokens = match tokens {
+            Some(_) => Some(ctx.num::<u64>(tokens_key, tokens, 0, 1, None)?),
+            None => None,
+        };
+        let micro_usd = match usd {
+            Some(v) if v.is_finite() && v > 0.0 => Some(usd_to_micro(v)),
+            Some(v) => {
+                return Err(ctx.err(
+                    usd_key,
+                    Some(v.to_string()),
+                    "is not a budget; set it to the most US dollars to spend per period, more than 0",
+                ));
+            }
+            None => None,
+        };
+        Ok((tokens.is_some() || micro_usd.is_some()).then_some(Limit { tokens, micro_usd }))
+    };
+    let default = limit(
+        "budgets.default_tokens",
+        raw.default_tokens,
+        "budgets.default_usd",
+        raw.default_usd,
+    )?;
+    let mut by_name = BTreeMap::new();
+    for (name, o) in organisations {
+        let key = format!("organisations.{name}");
+        let Some(l) = limit(
+            &format!("{key}.budget_tokens"),
+            o.budget_tokens,
+            &format!("{key}.budget_usd"),
+            o.budget_usd,
+        )?
+        else {
+            return Err(ctx.err(
+                &key,
+                None,
+                "sets no budget; set budget_tokens, budget_usd or both, or remove the table",
+            ));
+        };
+        if by_name.insert(name.to_ascii_lowercase(), l).is_some() {
+            return Err(ctx.err(
+                &key,
+                None,
+                "names an organisation another [organisations.<name>] table names too (names are compared case-insensitively); keep one",
+            ));
+        }
+    }
+    let mut stage_prices = BTreeMap::new();
+    for (kind, stage) in stages {
+        if let Some(price) = prices.get(&stage.provider) {
+            stage_prices.insert(*kind, price);
+        }
+    }
+    let in_dollars = default
+        .iter()
+        .chain(by_name.values())
+        .any(|l| l.micro_usd.is_some());
+    if in_dollars
+        && let Some((kind, stage)) = stages
+            .iter()
+            .find(|(kind, _)| !stage_prices.contains_key(*kind))
+    {
+        return Err(ctx.err(
+            &format!("providers.{}", stage.provider),
+            None,
+            format!(
+                "has no prices, but budgets are set in US dollars and stage {} uses this provider; set input_usd_per_million_tokens and output_usd_per_million_tokens (0 for a free local model), or budget in tokens only",
+                kind.as_str()
+            ),
+        ));
+    }
+    Ok(BudgetSettings {
+        period,
+        prompt_tokens_per_stage: ctx.num(
+            "budgets.prompt_tokens_per_stage",
+            raw.prompt_tokens_per_stage,
+            d::BUDGET_PROMPT_TOKENS_PER_STAGE,
+            0,
+            None,
+        )?,
+        output_tokens_per_stage: ctx.num(
+            "budgets.output_tokens_per_stage",
+            raw.output_tokens_per_stage,
+            d::BUDGET_OUTPUT_TOKENS_PER_STAGE,
+            1,
+            None,
+        )?,
+        default,
+        organisations: by_name,
+        prices: stage_prices,
     })
 }
 

@@ -6,7 +6,6 @@
 //! created at 0 by [`WorkerMetrics::initialise`], so `rate()` and `increase()` see a series
 //! before its first event.
 
-
 use prometheus::{
     CounterVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };

@@ -13,7 +13,7 @@
 //! /v1/scans/{id}/resume` does so at once. The batch pass also marks a batch `finished` when
 //! every member task ended.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -23,9 +23,12 @@ use tokio_util::task::TaskTracker;
 use verdict_backends::clock::Clock;
 use verdict_backends::publish::{PublishError, Publisher};
 use verdict_backends::store::DocumentStore;
+use verdict_proto::budget::Amount;
+use verdict_proto::outcome::FailureKind;
 use verdict_proto::wire::Priority;
 
 use super::allowlist::{HostResolver, RepositoryAllowlist};
+use super::budgets::{Budgets, Refusal};
 use super::records::TaskRecords;
 use super::submission::id_for_key;
 use super::{Scheduler, SchedulerDeps, SchedulerSettings, unavailable};
@@ -34,6 +37,7 @@ use crate::scan_batch::{
     self, BatchRecord, BatchSource, BatchState, Member, RepositoryFilter, ScanBatchDocument,
     Skipped,
 };
+use crate::scan_shards::ScanSettings;
 use crate::service::{ScanSubmission, ServiceError, TaskService};
 
 /// The set of batch ids not known to have ended.
@@ -59,6 +63,9 @@ pub(super) struct Batches {
     slots: Arc<Semaphore>,
     /// The intake time limit: how long an enumeration may take, and the driver's lease.
     timeout: Duration,
+    budgets: Budgets,
+    /// How scans are sharded, for a batch's pre-flight estimate.
+    scan: ScanSettings,
     /// Batches driven in this process now.
     running: Arc<Mutex<HashSet<String>>>,
     background: TaskTracker,
@@ -72,6 +79,9 @@ enum Enumeration {
     Final(String),
     /// Worth another try (the code host is down or rate-limited): the batch pass retries.
     Transient(String),
+    /// The pre-flight estimate does not fit the organisation's budget (SPEC X5): the batch is
+    /// refused with the reason, and the estimate is kept on it.
+    OverBudget(String, Amount),
 }
 
 /// Keeps a batch listed as driven in this process until dropped.
@@ -94,6 +104,7 @@ impl Batches {
         deps: &SchedulerDeps,
         settings: &SchedulerSettings,
         records: &TaskRecords,
+        budgets: &Budgets,
         pool: (Arc<Semaphore>, Duration),
         background: &TaskTracker,
         stop: &CancellationToken,
@@ -105,6 +116,8 @@ impl Batches {
             clock: deps.clock.clone(),
             allowlist: settings.repositories.clone(),
             resolver: deps.resolver.clone(),
+            budgets: budgets.clone(),
+            scan: settings.pipeline.scan.clone(),
             slots: pool.0,
             timeout: pool.1,
             running: Arc::new(Mutex::new(HashSet::new())),
@@ -192,8 +205,10 @@ impl Batches {
     /// The batch's document: its members' task states read now.
     pub async fn document(&self, id: &str) -> Result<ScanBatchDocument, ServiceError> {
         let batch = self.load(id).await?;
-        let states = self.member_states(&batch).await?;
-        Ok(scan_batch::document(&batch, &states))
+        let (states, over_budget) = self.member_tasks(&batch).await?;
+        let mut doc = scan_batch::document(&batch, &states);
+        scan_batch::mark_over_budget(&mut doc, &over_budget);
+        Ok(doc)
     }
 
     /// Each member's task state, `None` for a member whose task does not exist (yet).
@@ -201,19 +216,39 @@ impl Batches {
         &self,
         batch: &BatchRecord,
     ) -> Result<Vec<Option<TaskState>>, ServiceError> {
+        self.member_tasks(batch).await.map(|(states, _)| states)
+    }
+
+    /// [`Batches::member_states`], and for each member the reason its task was refused by the
+    /// budget, if it was.
+    async fn member_tasks(
+        &self,
+        batch: &BatchRecord,
+    ) -> Result<(Vec<Option<TaskState>>, Vec<Option<String>>), ServiceError> {
         let mut states = Vec::new();
+        let mut over_budget = Vec::new();
         for m in batch.members.iter().flatten() {
             if !m.created {
                 states.push(None);
+                over_budget.push(None);
                 continue;
             }
             match self.records.load(&m.task_id).await {
-                Ok(task) => states.push(Some(task.state)),
-                Err(ServiceError::NotFound(_)) => states.push(None),
+                Ok(task) => {
+                    states.push(Some(task.state));
+                    over_budget.push(
+                        (task.failure_kind == Some(FailureKind::BudgetExceeded))
+                            .then(|| task.reason.clone().unwrap_or_default()),
+                    );
+                }
+                Err(ServiceError::NotFound(_)) => {
+                    states.push(None);
+                    over_budget.push(None);
+                }
                 Err(e) => return Err(e),
             }
         }
-        Ok(states)
+        Ok((states, over_budget))
     }
 
     /// Drives batch `id` in the background unless this process already does. `force`: even
@@ -301,16 +336,34 @@ impl Batches {
             };
             let now = self.now();
             batch = match listed {
-                Ok((members, skipped)) => {
+                Ok((members, skipped, estimate)) => {
                     self.update(id, |b| {
                         if b.members.is_none() {
                             b.members = Some(members.clone());
                             b.skipped = skipped.clone();
                             b.state = BatchState::Running;
                             b.reason = None;
+                            b.estimate = estimate;
                         }
                     })
                     .await?
+                }
+                Err(Enumeration::OverBudget(reason, estimate)) => {
+                    self.update(id, |b| {
+                        if b.members.is_none() {
+                            b.state = BatchState::Refused;
+                            b.reason = Some(reason.clone());
+                            b.estimate = Some(estimate);
+                            b.finished_unix_ms = Some(now);
+                        }
+                    })
+                    .await?;
+                    tracing::info!(batch = %id, %reason, "scan batch refused");
+                    self.documents
+                        .set_remove(ACTIVE, id)
+                        .await
+                        .map_err(unavailable)?;
+                    return Ok(());
                 }
                 Err(Enumeration::Final(reason)) => {
                     self.update(id, |b| {
@@ -375,12 +428,14 @@ impl Batches {
         Ok(())
     }
 
-    /// The batch's members and the repositories it leaves out, with the reason for each.
+    /// The batch's members, the repositories it leaves out with the reason for each, and its
+    /// pre-flight estimate when its organisation has a budget.
     async fn enumerate(
         &self,
         batch: &BatchRecord,
-    ) -> Result<(Vec<Member>, Vec<Skipped>), Enumeration> {
+    ) -> Result<(Vec<Member>, Vec<Skipped>, Option<Amount>), Enumeration> {
         let mut chosen: Vec<(String, String, String)> = Vec::new();
+        let mut sizes_kib: HashMap<String, u64> = HashMap::new();
         let mut skipped = Vec::new();
         match &batch.source {
             BatchSource::Organisation { name, filters } => {
@@ -403,14 +458,17 @@ impl Batches {
                         })?;
                 for repo in repos {
                     match filter.decide(&repo) {
-                        Ok(()) => chosen.push((
-                            repo.full_name.clone(),
-                            repo.clone_url.clone(),
-                            batch
-                                .reference
-                                .clone()
-                                .unwrap_or_else(|| repo.default_branch.clone()),
-                        )),
+                        Ok(()) => {
+                            sizes_kib.insert(repo.clone_url.clone(), repo.size_kib);
+                            chosen.push((
+                                repo.full_name.clone(),
+                                repo.clone_url.clone(),
+                                batch
+                                    .reference
+                                    .clone()
+                                    .unwrap_or_else(|| repo.default_branch.clone()),
+                            ));
+                        }
                         Err(reason) => skipped.push(Skipped {
                             repository: repo.full_name,
                             reason,
@@ -443,8 +501,47 @@ impl Batches {
                 }),
             }
         }
+        let estimate = self.preflight(batch, &allowed, &sizes_kib).await?;
         let members = scan_batch::members_of(&batch.id, allowed, id_for_key);
-        Ok((members, skipped))
+        Ok((members, skipped, estimate))
+    }
+
+    /// An organisation batch's estimate from the code host's repository sizes, judged against
+    /// the organisation's budget before any member task exists (SPEC X5). A manifest's
+    /// repositories have no size to go by: each member is judged at its own intake.
+    async fn preflight(
+        &self,
+        batch: &BatchRecord,
+        allowed: &[(String, String, String)],
+        sizes_kib: &HashMap<String, u64>,
+    ) -> Result<Option<Amount>, Enumeration> {
+        let BatchSource::Organisation { name, .. } = &batch.source else {
+            return Ok(None);
+        };
+        if self.budgets.settings().limit_of(name).is_none() {
+            return Ok(None);
+        }
+        let estimate = allowed
+            .iter()
+            .map(|(_, url, _)| {
+                let size = sizes_kib.get(url).copied().unwrap_or(0);
+                self.budgets
+                    .settings()
+                    .estimate_repository(size, &self.scan)
+            })
+            .fold(Amount::default(), Amount::plus);
+        let what = format!(
+            "this scan of {} repositor{}",
+            allowed.len(),
+            if allowed.len() == 1 { "y" } else { "ies" }
+        );
+        match self.budgets.preflight(name, &what, estimate).await {
+            Ok(()) => Ok(Some(estimate)),
+            Err(Refusal::OverBudget(reason)) => Err(Enumeration::OverBudget(reason, estimate)),
+            Err(Refusal::Unavailable(e)) => Err(Enumeration::Transient(format!(
+                "the budget ledger did not answer: {e}"
+            ))),
+        }
     }
 
     /// One pass over the active batches: a finished one marked so and retired; one whose

@@ -14,6 +14,7 @@ use verdict_backends::clock::Clock;
 use verdict_backends::store::{CancelSignals, StoredEvent};
 
 use super::allowlist::{HostResolver, RepositoryAllowlist};
+use super::budgets::Budgets;
 use super::intake::Intake;
 use super::progress::Progress;
 use super::records::TaskRecords;
@@ -44,6 +45,7 @@ pub(super) struct Service {
     submitted: IntCounterVec,
     allowlist: RepositoryAllowlist,
     resolver: Arc<dyn HostResolver>,
+    budgets: Budgets,
 }
 
 impl Service {
@@ -51,6 +53,7 @@ impl Service {
         Service {
             defaults: TaskDefaults::new(settings),
             records: parts.records.clone(),
+            budgets: parts.budgets.clone(),
             progress: parts.progress.clone(),
             transitions: parts.transitions.clone(),
             intake: parts.intake.clone(),
@@ -160,7 +163,9 @@ impl Service {
     }
 
     async fn document(&self, task: &TaskRecord) -> Result<TaskDocument, ServiceError> {
-        Ok(task.document(self.progress.all(&task.id).await?))
+        let mut doc = task.document(self.progress.all(&task.id).await?);
+        doc.cost_usd = self.budgets.settings().cost_usd(task);
+        Ok(doc)
     }
 
     async fn task(&self, id: &str) -> Result<TaskDocument, ServiceError> {

@@ -100,6 +100,7 @@ impl Fixture {
             resolver: Arc::new(StaticResolver::new()),
             clock: Arc::new(TokioClock::new()),
             metrics,
+            budgets: store.clone(),
         };
         let settings = SchedulerSettings {
             pipeline: PipelineSettings {
@@ -128,6 +129,7 @@ impl Fixture {
                 ..AllowlistRules::default()
             })
             .unwrap(),
+            budgets: Default::default(),
         };
         let background = TaskTracker::new();
         let stop = CancellationToken::new();
@@ -142,6 +144,14 @@ impl Fixture {
             deps,
             settings,
         }
+    }
+
+    /// A fixture whose scheduler applies `budgets` (SPEC X5).
+    pub fn with_budgets(budgets: crate::budget::BudgetSettings) -> Fixture {
+        let mut fx = Fixture::new();
+        fx.settings.budgets = budgets;
+        fx.parts = Parts::assemble(&fx.deps, &fx.settings, &fx.background, &fx.stop);
+        fx
     }
 
     pub fn now(&self) -> u64 {

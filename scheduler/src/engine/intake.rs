@@ -32,9 +32,11 @@ use verdict_proto::outcome::FailureKind;
 use verdict_proto::wire::RepositoryRef;
 
 use super::allowlist::{HostResolver, RepositoryAllowlist};
+use super::budgets::{Budgets, Refusal};
 use super::records::TaskRecords;
 use super::transition::Transitions;
 use super::{SchedulerDeps, SchedulerSettings};
+use crate::budget::BudgetHold;
 use crate::diff_pieces::{self, IgnoredPaths, PreparedDiff};
 use crate::document::TaskState;
 use crate::pipeline::{self, Effects};
@@ -52,6 +54,7 @@ pub(super) struct Intake {
     clock: Arc<dyn Clock>,
     allowlist: RepositoryAllowlist,
     resolver: Arc<dyn HostResolver>,
+    budgets: Budgets,
     /// One per intake allowed to run at once.
     slots: Arc<Semaphore>,
     concurrency: usize,
@@ -147,6 +150,15 @@ impl Prepared {
     }
 }
 
+/// Why intake did not start a task.
+#[derive(Debug, Clone)]
+enum Unprepared {
+    /// It cannot be started: it ends with this.
+    Refused(Refused),
+    /// Not now: give it back, to be taken in again.
+    Later,
+}
+
 /// Why a task could not be taken in: in words for its reason, and classified.
 #[derive(Debug, Clone)]
 struct Refused {
@@ -188,6 +200,7 @@ impl Intake {
         settings: &SchedulerSettings,
         records: &TaskRecords,
         transitions: &Transitions,
+        budgets: &Budgets,
         background: &TaskTracker,
         stop: &CancellationToken,
     ) -> Intake {
@@ -201,6 +214,7 @@ impl Intake {
             clock: deps.clock.clone(),
             allowlist: settings.repositories.clone(),
             resolver: deps.resolver.clone(),
+            budgets: budgets.clone(),
             slots: Arc::new(Semaphore::new(concurrency)),
             concurrency,
             timeout: settings.intake_timeout,
@@ -311,7 +325,7 @@ impl Intake {
                 _ => return None,
             };
             *phase.lock().unwrap_or_else(PoisonError::into_inner) = Phase::Preparing;
-            Some(self.prepare(&task).await)
+            Some(self.prepare_within_budget(&task).await)
         };
         let prepared = tokio::select! {
             biased;
@@ -330,20 +344,27 @@ impl Intake {
         };
         let now = self.clock.now_unix_ms();
         let outcome = match prepared {
-            Ok(prepared) => {
+            Ok((prepared, hold)) => {
                 self.transitions
                     .apply(id, |t| {
                         // Another intake (a sweeper's restart) may have started it meanwhile.
-                        if let Some(p) = &prepared
-                            && t.state == TaskState::Queued
-                        {
-                            p.write_to(t);
+                        if t.state == TaskState::Queued {
+                            if let Some(p) = &prepared {
+                                p.write_to(t);
+                            }
+                            t.budget.clone_from(&hold);
                         }
                         pipeline::start(t, now)
                     })
                     .await
             }
-            Err(refused) => {
+            Err(Unprepared::Later) => {
+                // The budget ledger did not answer: the task is given back for the sweeper
+                // to take in again, rather than started uncounted or refused for our outage.
+                self.give_back(id, task.intake_started_unix_ms).await;
+                return;
+            }
+            Err(Unprepared::Refused(refused)) => {
                 self.transitions
                     .apply(id, |t| {
                         pipeline::fail_intake(t, refused.reason.clone(), refused.kind, now)
@@ -415,6 +436,30 @@ impl Intake {
                 },
                 reason: refusal.to_string(),
             })
+    }
+
+    /// [`Intake::prepare`], then the task's estimate reserved against its organisation's budget
+    /// (SPEC X5): a task that does not fit is refused before it starts.
+    async fn prepare_within_budget(
+        &self,
+        task: &TaskRecord,
+    ) -> Result<(Option<Prepared>, Option<BudgetHold>), Unprepared> {
+        let prepared = self.prepare(task).await.map_err(Unprepared::Refused)?;
+        let mut taken_in = task.clone();
+        if let Some(p) = &prepared {
+            p.write_to(&mut taken_in);
+        }
+        match self.budgets.reserve(&taken_in).await {
+            Ok(hold) => Ok((prepared, hold)),
+            Err(Refusal::OverBudget(reason)) => Err(Unprepared::Refused(Refused {
+                kind: FailureKind::BudgetExceeded,
+                reason,
+            })),
+            Err(Refusal::Unavailable(e)) => {
+                tracing::warn!(task = %task.id, error = %e, "budget not reserved; the task is taken in again later");
+                Err(Unprepared::Later)
+            }
+        }
     }
 
     /// The task's inputs, or why they cannot be had.

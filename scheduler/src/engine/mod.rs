@@ -31,6 +31,8 @@
 //! - [`sweeper`]: what a crashed replica left: abandoned intakes taken over, planned stages
 //!   republished, publications retried.
 //! - [`queues`]: the broker's counts of each queue polled into gauges, in a loop of its own.
+//! - [`budgets`]: budgets applied — a task's estimate reserved at intake, settled with what it
+//!   spent before it is retired; a scan batch's pre-flight estimate judged.
 //! - [`batches`]: scan batches — an organisation's repositories enumerated in the intake pool,
 //!   one scan task per repository created idempotently, the batch driven on after a crash and
 //!   marked finished.
@@ -49,7 +51,7 @@ use verdict_backends::clock::Clock;
 use verdict_backends::publish::Publisher;
 use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::{
-    CancelSignals, DocumentStore, EventLog, InputStore, ResultStore, StoreError,
+    BudgetLedger, CancelSignals, DocumentStore, EventLog, InputStore, ResultStore, StoreError,
 };
 use verdict_proto::Language;
 
@@ -59,6 +61,7 @@ use crate::service::ServiceError;
 
 mod allowlist;
 mod batches;
+mod budgets;
 mod dead_letters;
 mod facade;
 mod intake;
@@ -79,6 +82,7 @@ pub use allowlist::{
 pub use submission::{TextLimits, new_id};
 
 use batches::Batches;
+use budgets::Budgets;
 use dead_letters::DeadLetters;
 use facade::Service;
 use intake::Intake;
@@ -115,6 +119,8 @@ pub struct SchedulerDeps {
     pub resolver: Arc<dyn HostResolver>,
     pub clock: Arc<dyn Clock>,
     pub metrics: SchedulerMetrics,
+    /// Where budgets are counted (SPEC X5).
+    pub budgets: Arc<dyn BudgetLedger>,
 }
 
 /// What the scheduler decides with.
@@ -148,6 +154,8 @@ pub struct SchedulerSettings {
     pub intake_timeout: Duration,
     /// The repositories tasks may name.
     pub repositories: RepositoryAllowlist,
+    /// Per-organisation budgets and how estimates are made (SPEC X5).
+    pub budgets: crate::budget::BudgetSettings,
 }
 
 /// What the scheduler knows of the configured code host (GitHub or GitHub Enterprise).
@@ -195,6 +203,7 @@ struct Parts {
     publication: Publication,
     transitions: Transitions,
     intake: Intake,
+    budgets: Budgets,
 }
 
 impl Parts {
@@ -206,6 +215,7 @@ impl Parts {
         stop: &CancellationToken,
     ) -> Parts {
         let records = TaskRecords::new(deps);
+        let budgets = Budgets::new(deps, settings);
         let progress = Progress::new(deps);
         let outbox = Outbox::new(deps, settings, &records);
         let publication = Publication::new(
@@ -213,11 +223,21 @@ impl Parts {
             settings.code_host.clone(),
             &records,
             &progress,
+            &budgets,
             background,
             stop,
         );
-        let transitions = Transitions::new(deps, &records, &progress, &outbox, &publication);
-        let intake = Intake::new(deps, settings, &records, &transitions, background, stop);
+        let transitions =
+            Transitions::new(deps, &records, &progress, &outbox, &publication, &budgets);
+        let intake = Intake::new(
+            deps,
+            settings,
+            &records,
+            &transitions,
+            &budgets,
+            background,
+            stop,
+        );
         Parts {
             records,
             progress,
@@ -225,6 +245,7 @@ impl Parts {
             publication,
             transitions,
             intake,
+            budgets,
         }
     }
 }
@@ -244,6 +265,7 @@ impl Scheduler {
                     &deps,
                     &settings,
                     &parts.records,
+                    &parts.budgets,
                     parts.intake.pool(),
                     &background,
                     &stop,

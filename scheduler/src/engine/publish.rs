@@ -37,6 +37,7 @@ use verdict_proto::issue_analysis::IssueAnalysis;
 use verdict_proto::publication::{ItemKind, ItemRef, ReviewDraft};
 use verdict_proto::wire::{EventType, InputContent};
 
+use super::budgets::Budgets;
 use super::progress::Progress;
 use super::records::TaskRecords;
 use super::{CodeHostSettings, SchedulerDeps};
@@ -78,6 +79,7 @@ pub(super) struct Publication {
     /// Cancelled when the scheduler stops: attempts in flight give their claims back.
     stop: CancellationToken,
     outcomes: IntCounterVec,
+    budgets: Budgets,
 }
 
 /// How an attempt ended, when it ended the publication.
@@ -94,6 +96,7 @@ impl Publication {
         settings: Option<CodeHostSettings>,
         records: &TaskRecords,
         progress: &Progress,
+        budgets: &Budgets,
         background: &TaskTracker,
         stop: &CancellationToken,
     ) -> Publication {
@@ -107,6 +110,7 @@ impl Publication {
             background: background.clone(),
             stop: stop.clone(),
             outcomes: deps.metrics.publications.clone(),
+            budgets: budgets.clone(),
         }
     }
 
@@ -213,11 +217,15 @@ impl Publication {
                 Effects::default()
             })
             .await;
-        if let Err(e) = settled {
-            // The claim expires and the sweeper tries again; the marker keeps it from posting twice.
-            tracing::warn!(task = %id, error = %e, "publication outcome not recorded");
-            return;
-        }
+        let settled = match settled {
+            Ok(updated) => updated.task,
+            Err(e) => {
+                // The claim expires and the sweeper tries again; the marker keeps it from
+                // posting twice.
+                tracing::warn!(task = %id, error = %e, "publication outcome not recorded");
+                return;
+            }
+        };
         self.outcomes
             .with_label_values(&[kind, outcome_label(state)])
             .inc();
@@ -246,7 +254,10 @@ impl Publication {
             };
             self.progress.append(id, &[event]).await;
         }
-        if let Err(e) = self.records.retire(id).await {
+        // Left active when the budget is not settled: the sweeper settles it, then retires it.
+        if self.budgets.settle(&settled).await
+            && let Err(e) = self.records.retire(id).await
+        {
             tracing::warn!(task = %id, error = %e, "active-task index not updated");
         }
     }

@@ -356,6 +356,7 @@ impl TaskDefaults {
             github: shape.github,
             trace: Default::default(),
             publication: None,
+            budget: None,
         })
     }
 }

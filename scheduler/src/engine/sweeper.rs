@@ -15,6 +15,7 @@ use prometheus::{IntCounterVec, IntGauge};
 use verdict_backends::clock::Clock;
 use verdict_backends::store::{ResultStore, StageState};
 
+use super::budgets::Budgets;
 use super::intake::Intake;
 use super::outbox::Outbox;
 use super::publish::Publication;
@@ -132,6 +133,7 @@ pub(super) struct Sweeper {
     transitions: Transitions,
     outbox: Outbox,
     publication: Publication,
+    budgets: Budgets,
     results: Arc<dyn ResultStore>,
     clock: Arc<dyn Clock>,
     limits: Limits,
@@ -147,6 +149,7 @@ impl Sweeper {
             transitions: parts.transitions.clone(),
             outbox: parts.outbox.clone(),
             publication: parts.publication.clone(),
+            budgets: parts.budgets.clone(),
             results: deps.results.clone(),
             clock: deps.clock.clone(),
             limits: Limits {
@@ -177,7 +180,9 @@ impl Sweeper {
             };
             match chore(&task, now, &self.limits) {
                 Chore::Retire => {
-                    let _ = self.records.retire(&id).await;
+                    if self.budgets.settle(&task).await {
+                        let _ = self.records.retire(&id).await;
+                    }
                 }
                 Chore::Publish => self.publication.spawn(&id),
                 Chore::Restart => {

@@ -12,6 +12,7 @@ use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::wire::{EventType, StageResult, Usage, WIRE_VERSION};
 
 use super::SchedulerDeps;
+use super::budgets::Budgets;
 use super::outbox::Outbox;
 use super::progress::Progress;
 use super::publish::Publication;
@@ -32,6 +33,7 @@ pub(super) struct Transitions {
     finished: IntCounterVec,
     triage_fallbacks: IntCounter,
     findings_merged: IntCounterVec,
+    budgets: Budgets,
 }
 
 impl Transitions {
@@ -41,6 +43,7 @@ impl Transitions {
         progress: &Progress,
         outbox: &Outbox,
         publication: &Publication,
+        budgets: &Budgets,
     ) -> Transitions {
         Transitions {
             records: records.clone(),
@@ -51,6 +54,7 @@ impl Transitions {
             finished: deps.metrics.finished.clone(),
             triage_fallbacks: deps.metrics.triage_fallbacks.clone(),
             findings_merged: deps.metrics.findings_merged.clone(),
+            budgets: budgets.clone(),
         }
     }
 
@@ -103,11 +107,14 @@ impl Transitions {
                     ("state", task.state.as_str()),
                 ],
             );
+            // Before anything retires it: a task leaves the active index only once its spending
+            // is counted (the sweeper settles what this replica does not).
+            let settled = self.budgets.settle(task).await;
             if task.publication.is_some() {
                 // It stays on the active index until its publication settles (the sweeper
                 // retries what this replica does not finish).
                 self.publication.spawn(&task.id);
-            } else if let Err(e) = self.records.retire(&task.id).await {
+            } else if settled && let Err(e) = self.records.retire(&task.id).await {
                 tracing::warn!(error = %e, "active-task index not updated");
             }
         }

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use verdict_proto::outcome::FailureKind;
+
 use crate::document::{SkipReason, TaskDocument, TaskState};
 
 mod html;
@@ -49,6 +51,13 @@ pub struct OrgReport {
     /// RFC 3339, UTC.
     pub generated_at: String,
     pub totals: Totals,
+    /// Repositories not scanned because the organisation's budget was reached (SPEC X5): the
+    /// report is partial when this is not 0.
+    #[serde(default)]
+    pub over_budget: usize,
+    /// The budget's refusal, as the first such repository's task gave it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_note: Option<String>,
     pub repositories: Vec<RepositoryReport>,
 }
 
@@ -151,10 +160,17 @@ pub fn build(organisation: &str, members: &[Member], generated_unix_ms: u64) -> 
         tokens: repositories.iter().map(|r| r.tokens).sum(),
         cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
     };
+    let refused_by_budget: Vec<&TaskDocument> = members
+        .iter()
+        .map(|m| &m.document)
+        .filter(|d| d.failure_kind == Some(FailureKind::BudgetExceeded))
+        .collect();
     OrgReport {
         organisation: organisation.to_owned(),
         generated_at: rfc3339(generated_unix_ms),
         totals,
+        over_budget: refused_by_budget.len(),
+        budget_note: refused_by_budget.first().and_then(|d| d.reason.clone()),
         repositories,
     }
 }

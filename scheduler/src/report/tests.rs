@@ -59,6 +59,7 @@ pub fn scan_document(
             input_tokens: 1000,
             output_tokens: 200,
         },
+        cost_usd: None,
     }
 }
 
@@ -189,4 +190,65 @@ fn untrusted_text_in_the_page_is_escaped() {
         !page.contains("<link") && !page.contains(" src=\""),
         "no external assets"
     );
+}
+
+#[test]
+fn a_scan_stopped_at_its_budget_has_a_report_that_says_it_is_partial() {
+    let scanned = scan_document(
+        "t1",
+        "https://github.com/acme/web",
+        Some(70),
+        json!([]),
+        3,
+        &[],
+    );
+    let mut refused = scan_document("t2", "https://github.com/acme/api", None, json!([]), 0, &[]);
+    refused.state = TaskState::Incomplete;
+    refused.failure_kind = Some(FailureKind::BudgetExceeded);
+    refused.reason = Some("refused by the budget: this scan is estimated at 9,000 tokens".into());
+    let member = |url: &str, document: TaskDocument| Member {
+        url: url.to_owned(),
+        document,
+        cost_usd: Some(0.5),
+    };
+    let report = build(
+        "acme",
+        &[
+            member("https://github.com/acme/web", scanned),
+            member("https://github.com/acme/api", refused),
+        ],
+        0,
+    );
+    assert_eq!(report.over_budget, 1);
+    assert!(
+        report
+            .budget_note
+            .as_deref()
+            .unwrap()
+            .contains("9,000 tokens")
+    );
+    assert_eq!(report.totals.cost_usd, Some(1.0));
+    let page = html(&report).unwrap();
+    assert!(
+        page.contains("This report is partial: the scan stopped at its budget, and 1 of 2 repositories were not scanned."),
+        "{page}"
+    );
+
+    let whole = build(
+        "acme",
+        &[member(
+            "https://github.com/acme/web",
+            scan_document(
+                "t1",
+                "https://github.com/acme/web",
+                Some(70),
+                json!([]),
+                3,
+                &[],
+            ),
+        )],
+        0,
+    );
+    assert_eq!(whole.over_budget, 0);
+    assert!(!html(&whole).unwrap().contains("This report is partial"));
 }

@@ -38,7 +38,8 @@ pub fn memory_scheduler_with(
         events: store.clone(),
         cancels: store.clone(),
         inputs: store.clone(),
-        results: store,
+        results: store.clone(),
+        budgets: store,
         repositories,
         publisher,
         resolver: Arc::new(StaticResolver::new()),
@@ -71,6 +72,7 @@ pub fn memory_scheduler_with(
             ..AllowlistRules::default()
         })
         .expect("the hosts are valid"),
+        budgets: Default::default(),
     };
     (Arc::new(Scheduler::new(deps, settings)), registry)
 }
