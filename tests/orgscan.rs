@@ -6,6 +6,11 @@
 //! scanned exactly once — the fake provider's request count shows it. A scheduler killed while
 //! it lists the organisation leaves the batch to the restarted scheduler's batch pass, which
 //! lists it again once the dead driver's lease lapses and finishes it without being asked.
+//! With the response cache on, a second identical organisation scan is answered without one
+//! request to the provider (SPEC X3). With a budget (SPEC X5), a scan whose estimate does not
+//! fit is refused with the estimate before any repository is scanned, and one that reaches the
+//! budget while it runs stops cleanly: the repositories not yet taken in are refused, never
+//! started, and the report says it is partial.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
@@ -117,6 +122,23 @@ async fn rig(latency: Duration) -> Rig {
 /// [`rig`] with the intake time limit (also a batch driver's lease) and a set-up of the fake
 /// GitHub before the pool starts.
 async fn rig_with(latency: Duration, intake_timeout: u64, setup: impl FnOnce(&FakeGitHub)) -> Rig {
+    rig_configured(
+        Behaviour::text(scenario::SCAN_OK).after(latency),
+        intake_timeout,
+        setup,
+        |_| {},
+    )
+    .await
+}
+
+/// [`rig_with`] answering every scan with `answer` and with the pool's configuration changed
+/// by `configure` before it starts.
+async fn rig_configured(
+    answer: Behaviour,
+    intake_timeout: u64,
+    setup: impl FnOnce(&FakeGitHub),
+    configure: impl FnOnce(&mut String),
+) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let github = FakeGitHub::start().await;
     github.accept_token(GH_TOKEN);
@@ -145,10 +167,7 @@ async fn rig_with(latency: Duration, intake_timeout: u64, setup: impl FnOnce(&Fa
     }
     setup(&github);
     let llm = FakeProvider::start().await;
-    llm.script(
-        scenario::DEFAULT,
-        Script::always(Behaviour::text(scenario::SCAN_OK).after(latency)),
-    );
+    llm.script(scenario::DEFAULT, Script::always(answer));
     let isolation = Isolation::unique("org");
     let mut toml = scenario::config_toml(&llm.base_url(), &isolation, &dir.path().join("cache"));
     toml = toml.replace(
@@ -160,6 +179,7 @@ async fn rig_with(latency: Duration, intake_timeout: u64, setup: impl FnOnce(&Fa
         github.api_url(),
         github.web_url()
     ));
+    configure(&mut toml);
     let config = dir.path().join("verdict.toml");
     std::fs::write(&config, toml).unwrap();
     let (scheduler, line) = spawn("scheduler", &config);
@@ -495,4 +515,205 @@ async fn a_scheduler_killed_while_listing_the_organisation_is_relieved_by_the_re
         "listed by the killed scheduler, then once by the restarted one"
     );
     assert_eq!(rig.scans_paid(), MEMBERS);
+}
+
+/// Every repository again, as a new batch (a new id, new tasks): with the response cache on,
+/// nothing is paid for twice (SPEC X3), and the second report's tokens are 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_identical_organisation_scan_is_answered_from_the_cache() {
+    let rig = rig_configured(
+        Behaviour::text(scenario::SCAN_OK),
+        30,
+        |_| {},
+        |toml| *toml = toml.replace("response_cache = false", "response_cache = true"),
+    )
+    .await;
+    let first = rig.scan(&["--org", ORG]);
+    let first_id = first.next(Duration::from_secs(30))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let finished = first.until(Duration::from_secs(180), is_finished);
+    assert_eq!(first.exit(Duration::from_secs(10)), 0);
+    assert_all_completed(&rig, finished.last().unwrap(), &first_id).await;
+    assert_eq!(
+        rig.scans_paid(),
+        MEMBERS,
+        "the first scan pays for each repository"
+    );
+
+    let out = tempfile::tempdir().unwrap();
+    let second = rig.scan(&["--org", ORG, "--report", out.path().to_str().unwrap()]);
+    let second_id = second.next(Duration::from_secs(30))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(second_id, first_id, "a new batch");
+    let finished = second.until(Duration::from_secs(180), is_finished);
+    assert_eq!(second.exit(Duration::from_secs(10)), 0);
+    assert_all_completed(&rig, finished.last().unwrap(), &second_id).await;
+    let first_tasks = rig.client().scan_batch(&first_id).await.unwrap();
+    let second_tasks = rig.client().scan_batch(&second_id).await.unwrap();
+    for (a, b) in first_tasks.task_ids().iter().zip(second_tasks.task_ids()) {
+        assert_ne!(*a, b, "the second scan has tasks of its own");
+    }
+    assert_eq!(
+        rig.scans_paid(),
+        MEMBERS,
+        "the second scan asked the provider nothing: every answer came from the cache"
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["totals"]["repositories"], MEMBERS);
+    assert_eq!(report["totals"]["tokens"], 0, "cached answers cost nothing");
+}
+
+/// The tokens the budget ledger holds for `acme` this month: `(spent, held)`.
+async fn ledger(rig: &Rig) -> (u64, u64) {
+    use verdict_backends::store::{Account, BudgetLedger};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let (period, _) = verdict_scheduler::budget::Period::Month.at(u64::try_from(now).unwrap());
+    let mut config = RedisConfig::new("redis://127.0.0.1:6379/");
+    config.prefix = rig.isolation.redis_prefix.clone();
+    let store = RedisStore::connect(config).await.unwrap();
+    let account = Account {
+        organisation: ORG.to_owned(),
+        period,
+        keep_until_unix_ms: 0,
+    };
+    let standing = store.standing(&account).await.unwrap();
+    (standing.spent.tokens, standing.held.tokens)
+}
+
+/// SPEC X5 with a budget of 5,000 tokens a month for acme, estimates of 100 tokens per stage
+/// call around the content, and scans that each really spend 125 tokens:
+/// - while GitHub says each repository is 1 KiB (256 tokens of content), the organisation scan
+///   is estimated at 50 × 356 = 17,800 tokens and refused with that estimate, before any task
+///   exists or any request is made;
+/// - once GitHub says 0 KiB the estimate is 5,000 and the scan starts; each repository's real
+///   files (≈ 32 tokens) make its intake estimate larger, so the budget runs out partway: the
+///   repositories not yet taken in are refused one by one and never started, the rest finish,
+///   the ledger never passes the budget, and the report says it is partial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_over_budget_is_refused_with_its_estimate_and_one_reaching_it_stops_cleanly() {
+    const BUDGET: u64 = 5_000;
+    let rig = rig_configured(
+        Behaviour::text(scenario::SCAN_OK).usage(100, 25),
+        30,
+        |_| {},
+        |toml| {
+            toml.push_str(&format!(
+                "\n[budgets]\nprompt_tokens_per_stage = 0\noutput_tokens_per_stage = 100\n\n[organisations.{ORG}]\nbudget_tokens = {BUDGET}\n"
+            ));
+        },
+    )
+    .await;
+
+    let refused = rig.scan(&["--org", ORG]);
+    let id = refused.next(Duration::from_secs(30))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let events = refused.until(Duration::from_secs(60), is_finished);
+    assert_eq!(
+        refused.exit(Duration::from_secs(10)),
+        1,
+        "a refused scan fails"
+    );
+    let finished = events.last().unwrap();
+    assert_eq!(finished["state"], "refused", "{finished:#}");
+    assert_eq!(finished["estimate"]["tokens"], 17_800, "{finished:#}");
+    let reason = finished["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("this scan of 50 repositories is estimated at 17,800 tokens"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("has 5,000 tokens left of its budget of 5,000 tokens"),
+        "{reason}"
+    );
+    assert_eq!(finished["counts"]["total"], 0, "no task was created");
+    let batch = rig.client().scan_batch(&id).await.unwrap();
+    assert_eq!(batch.state.as_str(), "refused");
+    assert_eq!(rig.scans_paid(), 0);
+    assert_eq!(ledger(&rig).await, (0, 0));
+
+    for i in 0..MEMBERS {
+        rig.github.describe_repository(
+            ORG,
+            &format!("repo-{i:02}"),
+            FakeRepoTraits {
+                size_kib: 0,
+                ..FakeRepoTraits::default()
+            },
+        );
+    }
+    let out = tempfile::tempdir().unwrap();
+    let second = rig.scan(&["--org", ORG, "--report", out.path().to_str().unwrap()]);
+    let id = second.next(Duration::from_secs(30))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let events = second.until(Duration::from_secs(180), is_finished);
+
+    assert_eq!(
+        second.exit(Duration::from_secs(10)),
+        1,
+        "a partial scan is not clean"
+    );
+    let finished = events.last().unwrap();
+    assert_eq!(finished["state"], "finished", "{finished:#}");
+    assert_eq!(finished["estimate"]["tokens"], BUDGET, "{finished:#}");
+    let over = finished["over_budget"].as_u64().unwrap();
+    let done = finished["counts"]["done"].as_u64().unwrap();
+    assert_eq!(done + over, MEMBERS as u64, "{finished:#}");
+    assert!(
+        over >= 5 && done >= 30,
+        "stopped partway: {done} done, {over} refused"
+    );
+    eprintln!("stopped at the budget: {done} scanned, {over} refused");
+    assert_eq!(
+        rig.scans_paid(),
+        usize::try_from(done).unwrap(),
+        "a refused repository never reached the provider"
+    );
+    let batch = rig.client().scan_batch(&id).await.unwrap();
+    for m in &batch.members {
+        match m.task_state {
+            Some(TaskState::Completed) => {}
+            Some(TaskState::Incomplete) => {
+                let reason = m.reason.as_deref().unwrap_or_default();
+                assert!(
+                    reason.starts_with("refused by the budget: this scan is estimated at"),
+                    "{m:?}"
+                );
+            }
+            other => panic!("{} ended {other:?}", m.repository),
+        }
+    }
+    let (spent, held) = ledger(&rig).await;
+    assert_eq!(held, 0, "every hold was settled");
+    assert_eq!(spent, done * 125, "what the scans really spent");
+    assert!(spent <= BUDGET, "never overspent: {spent} of {BUDGET}");
+
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["over_budget"], over);
+    assert!(
+        report["budget_note"]
+            .as_str()
+            .unwrap()
+            .contains("refused by the budget"),
+        "{report:#}"
+    );
+    let page = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    assert!(
+        page.contains(&format!(
+            "This report is partial: the scan stopped at its budget, and {over} of {MEMBERS} repositories were not scanned."
+        )),
+        "the page says it is partial"
+    );
 }

@@ -608,6 +608,20 @@ async fn check_budget_ledger(ledger: Arc<dyn BudgetLedger>) {
             .unwrap(),
         Reservation::Granted(after)
     );
+    // Nothing priced: zero dollars held and settled (a script must not choke on `-0`).
+    let free = budget_account("free");
+    ledger
+        .reserve(&free, "z", Amount::new(5, 0), limit)
+        .await
+        .unwrap();
+    assert!(ledger.settle(&free, "z", Amount::new(4, 0)).await.unwrap());
+    assert_eq!(
+        ledger.standing(&free).await.unwrap(),
+        Standing {
+            spent: Amount::new(4, 0),
+            held: Amount::default(),
+        }
+    );
     // Without a ceiling anything is granted; other accounts are apart.
     let open = Limit::default();
     assert!(matches!(

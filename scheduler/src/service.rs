@@ -172,6 +172,11 @@ pub struct SubmissionOptions {
     /// with its id (webhook redeliveries use the delivery id; API clients may retry safely).
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// The organisation whose budget the task spends (SPEC X5), when verdict itself knows it
+    /// better than the repository URL says: a scan batch's organisation, whose repositories
+    /// may be cloned from anywhere. Never read from a request.
+    #[serde(skip)]
+    pub organisation: Option<String>,
 }
 
 /// The pull request or issue on the code host a task is about, and whether its result is posted

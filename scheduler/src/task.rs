@@ -192,6 +192,10 @@ pub struct TaskRecord {
     /// when its organisation has no budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::BudgetHold>,
+    /// The organisation the task spends for, when its submitter named it (a scan batch's);
+    /// otherwise its pull request's or issue's owner, else its repository URL's owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub organisation: Option<String>,
 }
 
 /// Where publishing a task's outcome stands (SPEC G1–G3).

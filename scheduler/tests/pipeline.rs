@@ -102,6 +102,7 @@ fn task(pipeline: PipelineKind, triage: bool, reviewers: u8) -> TaskRecord {
         github: None,
         publication: None,
         budget: None,
+        organisation: None,
         trace: Default::default(),
     }
 }

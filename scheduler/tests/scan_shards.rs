@@ -184,6 +184,7 @@ fn scan_task(shards: Vec<scan_shards::ScanShard>, commit: &str) -> TaskRecord {
         github: None,
         publication: None,
         budget: None,
+        organisation: None,
         trace: Default::default(),
     }
 }

@@ -139,6 +139,7 @@ impl OptionArgs {
             timeout_seconds: self.timeout_seconds,
             reviewers,
             idempotency_key: None,
+            organisation: None,
         })
     }
 }

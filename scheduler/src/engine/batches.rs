@@ -400,6 +400,9 @@ impl Batches {
             let mut options = batch.options.clone();
             options.priority = Some(Priority::Bulk);
             options.idempotency_key = Some(member.key.clone());
+            if let BatchSource::Organisation { name, .. } = &batch.source {
+                options.organisation = Some(name.clone());
+            }
             let submission = ScanSubmission {
                 repository: member.clone_url.clone(),
                 revision: member.revision.clone(),

@@ -47,8 +47,11 @@ impl Budgets {
 
     /// The organisation `task` spends for, when it has a budget.
     fn budgeted(&self, task: &TaskRecord) -> Option<(String, Limit)> {
-        let url = task.repository.as_ref().map(|r| r.url.as_str())?;
-        let organisation = organisation_of(url)?;
+        let organisation = task
+            .organisation
+            .clone()
+            .or_else(|| task.github.as_ref().map(|g| g.item.repo.owner.clone()))
+            .or_else(|| organisation_of(&task.repository.as_ref()?.url))?;
         let limit = self.settings.limit_of(&organisation)?;
         Some((organisation, limit))
     }

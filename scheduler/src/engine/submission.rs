@@ -357,6 +357,7 @@ impl TaskDefaults {
             trace: Default::default(),
             publication: None,
             budget: None,
+            organisation: options.organisation.clone(),
         })
     }
 }
@@ -567,6 +568,7 @@ mod tests {
             timeout_seconds: Some(5),
             reviewers: Some(16),
             idempotency_key: None,
+            organisation: None,
         };
         let task = defaults().review(s, NOW).unwrap();
         assert_eq!(task.pipeline, PipelineKind::Single);

@@ -46,8 +46,9 @@ static SETTLE: LazyLock<Script> = LazyLock::new(|| {
 local hold = redis.call('HGET', KEYS[1], ARGV[1])
 if not hold or hold == 'settled' then return 0 end
 local tokens, micro = string.match(hold, '^(%d+) (%d+)$')
-redis.call('HINCRBY', KEYS[1], 'held_tokens', -tonumber(tokens))
-redis.call('HINCRBY', KEYS[1], 'held_micro_usd', -tonumber(micro))
+-- '0 - n', not '-n': Lua's -0 is sent as '-0', which HINCRBY refuses.
+redis.call('HINCRBY', KEYS[1], 'held_tokens', 0 - tonumber(tokens))
+redis.call('HINCRBY', KEYS[1], 'held_micro_usd', 0 - tonumber(micro))
 redis.call('HINCRBY', KEYS[1], 'spent_tokens', ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'spent_micro_usd', ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[1], 'settled')
