@@ -232,6 +232,34 @@ impl Rig {
         }
     }
 
+    /// Runs `verdict scan ARGS` on a pseudo-terminal (util-linux `script`), as a person would,
+    /// and returns what the terminal showed, escape sequences removed.
+    fn scan_on_a_terminal(&self, args: &[&str]) -> String {
+        let (code, screen) = self.scan_on_a_terminal_exiting(args);
+        assert_eq!(code, 0, "{screen}");
+        screen
+    }
+
+    /// [`Rig::scan_on_a_terminal`] of a scan that may fail: its exit code too.
+    fn scan_on_a_terminal_exiting(&self, args: &[&str]) -> (i32, String) {
+        let mut command = vec![env!("CARGO_BIN_EXE_verdict").to_owned(), "scan".to_owned()];
+        command.extend(args.iter().map(|a| (*a).to_owned()));
+        command.extend(["--poll-ms", "100", "--server", &self.api].map(str::to_owned));
+        let output = Command::new("script")
+            .args(["--quiet", "--return", "--command"])
+            .arg(command.join(" "))
+            .arg("/dev/null")
+            .env("VERDICT_API_TOKEN", TOKEN)
+            .env("COLUMNS", "120")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            screen_text(&String::from_utf8_lossy(&output.stdout)),
+        )
+    }
+
     fn client(&self) -> ApiClient {
         ApiClient::new(&self.api, Some(TOKEN.to_owned())).unwrap()
     }
@@ -566,6 +594,59 @@ async fn a_second_identical_organisation_scan_is_answered_from_the_cache() {
         serde_json::from_slice(&std::fs::read(out.path().join("report.json")).unwrap()).unwrap();
     assert_eq!(report["totals"]["repositories"], MEMBERS);
     assert_eq!(report["totals"]["tokens"], 0, "cached answers cost nothing");
+
+    // The same once more as a person runs it, on a terminal: the progress bar, then the summary.
+    let screen = rig.scan_on_a_terminal(&["--org", ORG]);
+    eprintln!("--- verdict scan --org {ORG}, as the terminal showed it ---\n{screen}\n---");
+    assert!(
+        screen.contains("(resume with `verdict scan --resume "),
+        "{screen}"
+    );
+    assert!(screen.contains("ETA"), "the bar shows an ETA: {screen}");
+    assert!(
+        screen.contains("done 50 · running 0 · failed 0 · queued 0")
+            || screen.contains("finished: 50 repositories, 50 done"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(" finished: 50 repositories, 50 done, 0 failed, 4 skipped"),
+        "{screen}"
+    );
+    assert_eq!(rig.scans_paid(), MEMBERS);
+}
+
+/// What a terminal shows of escape sequences and carriage returns: the text of each line as
+/// last drawn.
+fn screen_text(raw: &str) -> String {
+    let mut text = String::new();
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ parameters final-byte.
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        if c == '\r' {
+            // The bar redraws its line: keep what came before as a line of its own.
+            if !text.ends_with('\n') && !text.is_empty() {
+                text.push('\n');
+            }
+            continue;
+        }
+        text.push(c);
+    }
+    text.lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The tokens the budget ledger holds for `acme` this month: `(spent, held)`.
@@ -708,6 +789,22 @@ async fn a_scan_over_budget_is_refused_with_its_estimate_and_one_reaching_it_sto
             .unwrap()
             .contains("refused by the budget"),
         "{report:#}"
+    );
+    // Spent 38 × 125 of 5,000: the next organisation scan (estimated at 5,000) does not fit.
+    let (code, screen) = rig.scan_on_a_terminal_exiting(&["--org", ORG]);
+    eprintln!(
+        "--- verdict scan --org {ORG} over budget, as the terminal showed it ---\n{screen}\n---"
+    );
+    assert_eq!(code, 1, "{screen}");
+    assert!(
+        screen.contains(" refused before anything was scanned: "),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(
+            "refused by the budget: this scan of 50 repositories is estimated at 5,000 tokens"
+        ),
+        "{screen}"
     );
     let page = std::fs::read_to_string(out.path().join("report.html")).unwrap();
     assert!(

@@ -360,6 +360,14 @@ impl Output {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
+        if doc.state == BatchState::Refused {
+            eprintln!(
+                "scan batch {} refused before anything was scanned: {}",
+                doc.id,
+                doc.reason.as_deref().unwrap_or("no reason given")
+            );
+            return Ok(());
+        }
         eprintln!(
             "scan batch {} {}: {} repositories, {} done, {} failed, {} skipped{}",
             doc.id,
