@@ -1,0 +1,646 @@
+//! The pool's benchmark (issue 11): how close verdict gets to the physical limit of a pool whose
+//! stages wait on a provider. Every stage waits `L` seconds at a fake provider, so one worker
+//! with `C` stages in flight can finish at most `C / L` stages per second (Little's law); this
+//! harness reports the ratio to that bound, in one run, on the real RabbitMQ and Redis with the
+//! real `verdict scheduler` and `verdict worker` processes and load submitted through the HTTP
+//! API. A benchmark, not a test: it asserts nothing and is never run by `cargo test`.
+//!
+//! ```text
+//! cargo bench --bench pool -- [--latency-ms 500] [--concurrency 64,256,512] [--workers 1,2,4]
+//!                             [--scaling-concurrency 256] [--out target/bench]
+//! ```
+//!
+//! Per concurrency `C` (a fresh scheduler and worker each, `worker.concurrency = C`):
+//! - **end to end**: `5·C` single-stage reviews submitted through the API at once. Throughput is
+//!   stages per second from the first request at the provider to the last one plus `L` (the
+//!   provider sees a stage start; a pool at the bound starts `C` every `L`); the makespan ratio
+//!   is the same from the first submission to the last task's end, against `(N / C) · L`.
+//!   Intake rate is measured between the tasks' start times (ramp-up and tail left out); task
+//!   overhead is each task's end-to-end time (created to finished) minus `L`.
+//! - **worker alone**: the same number of reviews submitted with no worker running, every stage
+//!   waiting in the queue; then the worker starts and drains them.
+//! - CPU time per stage of each process (`/proc/<pid>/stat`), and peak RSS (`VmHWM`) idle and
+//!   after the run.
+//!
+//! Scaling: 1, 2, 4 worker processes of `--scaling-concurrency` each, worker alone.
+//!
+//! Writes `pool.md` (one Markdown table per part) and `pool.json` into `--out`, and prints the
+//! Markdown.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a harness: a failure is a failed run
+#![allow(clippy::cast_precision_loss)] // counts and milliseconds far below 2^52
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
+use verdict_backends::broker::{Broker, Route};
+use verdict_backends::store::redis::{RedisConfig, RedisStore};
+use verdict_proto::wire::Priority;
+use verdict_scheduler::client::ApiClient;
+use verdict_scheduler::document::TaskDocument;
+use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions};
+use verdict_testkit::scenario::{self, Isolation};
+use verdict_testkit::{Behaviour, FakeProvider, Script};
+
+const TOKEN: &str = "bench-token-7d1a";
+
+/// What to run.
+#[derive(Debug, Clone)]
+struct Args {
+    latency: Duration,
+    concurrency: Vec<usize>,
+    workers: Vec<usize>,
+    scaling_concurrency: usize,
+    /// Tasks per slot: `N = per_slot · C`.
+    per_slot: usize,
+    out: PathBuf,
+}
+
+impl Args {
+    fn parse() -> Args {
+        let mut args = Args {
+            latency: Duration::from_millis(500),
+            concurrency: vec![64, 256, 512],
+            workers: vec![1, 2, 4],
+            scaling_concurrency: 256,
+            per_slot: 5,
+            out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench"),
+        };
+        let list =
+            |v: &str| -> Vec<usize> { v.split(',').map(|n| n.trim().parse().unwrap()).collect() };
+        let mut it = std::env::args().skip(1);
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--latency-ms" => {
+                    args.latency = Duration::from_millis(it.next().unwrap().parse().unwrap())
+                }
+                "--concurrency" => args.concurrency = list(&it.next().unwrap()),
+                "--workers" => args.workers = list(&it.next().unwrap()),
+                "--scaling-concurrency" => {
+                    args.scaling_concurrency = it.next().unwrap().parse().unwrap()
+                }
+                "--per-slot" => args.per_slot = it.next().unwrap().parse().unwrap(),
+                "--out" => args.out = PathBuf::from(it.next().unwrap()),
+                // What `cargo bench` passes to every bench target.
+                "--bench" => {}
+                other => panic!("unknown argument {other}; see the header of benches/pool.rs"),
+            }
+        }
+        args
+    }
+}
+
+/// A child process, killed when dropped.
+struct Proc {
+    child: Child,
+    /// Its first stdout line (the address it serves).
+    line: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    fn start(role: &str, config: &Path) -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+            .args([role, "--config"])
+            .arg(config)
+            .env("VERDICT_API_TOKEN", TOKEN)
+            .env("VERDICT_LOG", "error")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let first = lines.next().and_then(Result::ok).unwrap_or_default();
+            let _ = tx.send(first);
+            for _ in lines {}
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("verdict {role} did not start within 60 s"));
+        Proc { child, line }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// User plus system CPU time so far, of the process and of its children that ended (the
+    /// git processes a scheduler's intake runs).
+    fn cpu(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        // The fields after the command name, which is in parentheses and may hold spaces:
+        // utime, stime, cutime, cstime are the 12th to 15th of them.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = rest.split(' ').collect();
+        let ticks: u64 = fields[11..15]
+            .iter()
+            .map(|f| f.parse::<u64>().unwrap())
+            .sum();
+        Duration::from_millis(ticks * 1000 / clock_ticks())
+    }
+
+    /// Peak resident memory so far, in MiB.
+    fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        kib / 1024.0
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn clock_ticks() -> u64 {
+    static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        let out = Command::new("getconf").arg("CLK_TCK").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    })
+}
+
+/// One pool: its configuration, the scheduler, its workers.
+struct Pool {
+    config: PathBuf,
+    isolation: Isolation,
+    scheduler: Proc,
+    workers: Vec<Proc>,
+    client: ApiClient,
+    repo: String,
+}
+
+impl Pool {
+    fn start(env: &Env, concurrency: usize, workers: usize) -> Pool {
+        let isolation = Isolation::unique("bench");
+        let mut toml =
+            scenario::config_toml(&env.llm.base_url(), &isolation, &env.dir.join("cache"));
+        toml = toml.replace(
+            "concurrency = 4\n",
+            &format!("concurrency = {concurrency}\n"),
+        );
+        toml = toml.replace(
+            "review_timeout_seconds = 120",
+            "review_timeout_seconds = 3600",
+        );
+        let config = env
+            .dir
+            .join(format!("{}.toml", isolation.redis_prefix.replace(':', "-")));
+        std::fs::write(&config, toml).unwrap();
+        let scheduler = Proc::start("scheduler", &config);
+        let api = scheduler.line.trim().rsplit(' ').next().unwrap().to_owned();
+        let client = ApiClient::new(&api, Some(TOKEN.to_owned())).unwrap();
+        let mut pool = Pool {
+            config,
+            isolation,
+            scheduler,
+            workers: Vec::new(),
+            client,
+            repo: env.repo.clone(),
+        };
+        for _ in 0..workers {
+            pool.add_worker();
+        }
+        pool
+    }
+
+    fn add_worker(&mut self) {
+        self.workers.push(Proc::start("worker", &self.config));
+    }
+
+    fn submission(&self) -> ReviewSubmission {
+        ReviewSubmission {
+            repository: self.repo.clone(),
+            base: "main".into(),
+            head: "feature/coupons".into(),
+            pipeline: Some("single".into()),
+            title: Some("Add percentage coupons".into()),
+            options: SubmissionOptions::default(),
+            ..Default::default()
+        }
+    }
+
+    /// Submits `n` reviews through the API, at most 64 requests at once; their ids.
+    async fn submit(&self, n: usize) -> Vec<String> {
+        let client = Arc::new(self.client.clone());
+        let submission = Arc::new(self.submission());
+        let gate = Arc::new(tokio::sync::Semaphore::new(64));
+        let mut handles = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (client, submission, gate) = (client.clone(), submission.clone(), gate.clone());
+            handles.push(tokio::spawn(async move {
+                let _permit = gate.acquire().await.unwrap();
+                client.submit_review(&submission).await.unwrap().id
+            }));
+        }
+        let mut ids = Vec::with_capacity(n);
+        for h in handles {
+            ids.push(h.await.unwrap());
+        }
+        ids
+    }
+
+    /// The documents of `ids` once every one has ended (checked twice a second).
+    async fn await_all(&self, ids: &[String], within: Duration) -> Vec<TaskDocument> {
+        let deadline = Instant::now() + within;
+        let mut ticks = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            ticks.tick().await;
+            let ended = self.finished_count().await;
+            if ended >= ids.len() as u64 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{ended} of {} tasks ended in time",
+                ids.len()
+            );
+        }
+        let mut docs = Vec::with_capacity(ids.len());
+        for id in ids {
+            docs.push(self.client.task(id).await.unwrap());
+        }
+        docs
+    }
+
+    /// `verdict_tasks_total` summed, from the scheduler's `/metrics`.
+    async fn finished_count(&self) -> u64 {
+        let api = self.scheduler.line.trim().rsplit(' ').next().unwrap();
+        let body = reqwest::get(format!("{api}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        body.lines()
+            .filter(|l| l.starts_with("verdict_tasks_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// Waits until `n` stage requests wait in the interactive queue.
+    async fn await_queued(&self, n: u64, within: Duration) {
+        let mut amqp = AmqpConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f");
+        amqp.prefix = self.isolation.broker_prefix.clone();
+        amqp.delivery_limit = 3;
+        let broker = AmqpBroker::connect(amqp).await.unwrap();
+        let deadline = Instant::now() + within;
+        let mut ticks = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            ticks.tick().await;
+            let stats = broker
+                .queue_stats(Route::Stages(Priority::Interactive))
+                .await
+                .unwrap();
+            if stats.messages >= n {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {n} stages queued in time",
+                stats.messages
+            );
+        }
+        broker.close().await;
+    }
+
+    async fn cleanup(self) {
+        let isolation = self.isolation.clone();
+        drop(self);
+        let mut amqp = AmqpConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f");
+        amqp.prefix = isolation.broker_prefix.clone();
+        amqp.delivery_limit = 3;
+        if let Ok(b) = AmqpBroker::connect(amqp).await {
+            let _ = b.delete_topology().await;
+            b.close().await;
+        }
+        let mut redis = RedisConfig::new("redis://127.0.0.1:6379/");
+        redis.prefix = isolation.redis_prefix.clone();
+        if let Ok(s) = RedisStore::connect(redis).await {
+            let _ = s.purge().await;
+        }
+    }
+}
+
+/// What every pool shares: the fake provider, the repository, a scratch directory.
+struct Env {
+    llm: FakeProvider,
+    repo: String,
+    dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+/// A rate measured between the `skip`-th and the `(n − skip)`-th of `times` (unix ms, any
+/// order): events per second in the steady part.
+fn steady_rate(times: &mut [u64], skip: usize) -> f64 {
+    times.sort_unstable();
+    let n = times.len();
+    if n < 2 {
+        return 0.0;
+    }
+    let a = skip.min(n - 2);
+    let b = (n - 1).saturating_sub(skip).max(a + 1);
+    let span = times[b].saturating_sub(times[a]).max(1) as f64 / 1000.0;
+    (b - a) as f64 / span
+}
+
+/// Stages per second over a run whose provider arrivals are `arrivals` (ms since the first):
+/// the last stage ends `latency` after it arrived, so the run took from the first arrival to
+/// the last plus `latency`. A pool at the bound starts `C` stages every `L` and so reaches
+/// exactly `C / L`; a steady-state window would be fooled by the waves a full queue makes.
+fn run_rate(arrivals: &[u64], latency: f64) -> f64 {
+    let Some(last) = arrivals.iter().max() else {
+        return 0.0;
+    };
+    arrivals.len() as f64 / (*last as f64 / 1000.0 + latency)
+}
+
+/// The arrival times at the provider, in ms since the first, of the requests from the
+/// `from`-th on: a stage starts when its request arrives, and in a steady state starts happen
+/// exactly as fast as stages end, so the arrival rate is the pool's stage throughput, measured
+/// where no batching of results can distort it.
+fn arrivals(env: &Env, from: usize) -> Vec<u64> {
+    let requests = env.llm.requests();
+    let Some(first) = requests.get(from).map(|r| r.at) else {
+        return Vec::new();
+    };
+    requests[from..]
+        .iter()
+        .map(|r| u64::try_from(r.at.duration_since(first).as_millis()).unwrap_or(u64::MAX))
+        .collect()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// One concurrency's end-to-end and worker-alone runs.
+async fn at_concurrency(env: &Env, args: &Args, c: usize) -> Value {
+    let l = args.latency.as_secs_f64();
+    let n = args.per_slot * c;
+    let bound = c as f64 / l;
+    // Generous: the pool may be far below its bound (ten tasks a second is allowed for).
+    let within = Duration::from_secs_f64(120.0 + 4.0 * n as f64 * l / c as f64 + n as f64 / 10.0);
+
+    // End to end: submitted through the API to a running worker.
+    let pool = Pool::start(env, c, 1);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_rss = (
+        pool.scheduler.peak_rss_mib(),
+        pool.workers[0].peak_rss_mib(),
+    );
+    let cpu_before = (pool.scheduler.cpu(), pool.workers[0].cpu());
+    let seen = env.llm.request_count();
+    let submitted_at = unix_ms();
+    let ids = pool.submit(n).await;
+    let docs = pool.await_all(&ids, within).await;
+    let e2e_starts = arrivals(env, seen);
+    let calls_per_stage = e2e_starts.len() as f64 / n as f64;
+    let cpu = (
+        pool.scheduler.cpu() - cpu_before.0,
+        pool.workers[0].cpu() - cpu_before.1,
+    );
+    let rss = (
+        pool.scheduler.peak_rss_mib(),
+        pool.workers[0].peak_rss_mib(),
+    );
+    let completed = docs
+        .iter()
+        .filter(|d| d.state.as_str() == "completed")
+        .count();
+    let finished: Vec<u64> = docs
+        .iter()
+        .filter_map(|d| d.timings.finished_unix_ms)
+        .collect();
+    let mut started: Vec<u64> = docs
+        .iter()
+        .filter_map(|d| d.timings.started_unix_ms)
+        .collect();
+    let e2e = run_rate(&e2e_starts, l);
+    let makespan = finished
+        .iter()
+        .max()
+        .copied()
+        .unwrap_or(submitted_at)
+        .saturating_sub(submitted_at) as f64
+        / 1000.0;
+    let intake = steady_rate(&mut started, c.min(n / 4));
+    let mut overhead: Vec<f64> = docs
+        .iter()
+        .filter_map(|d| {
+            let total = d.timings.finished_unix_ms? as f64 - d.timings.created_unix_ms as f64;
+            Some(total - l * 1000.0)
+        })
+        .collect();
+    overhead.sort_by(f64::total_cmp);
+    pool.cleanup().await;
+
+    // Worker alone: every stage queued before the worker starts.
+    let mut pool = Pool::start(env, c, 0);
+    let ids = pool.submit(n).await;
+    pool.await_queued(n as u64, within).await;
+    let seen = env.llm.request_count();
+    pool.add_worker();
+    pool.await_all(&ids, within).await;
+    let alone_rss = pool.workers[0].peak_rss_mib();
+    let alone = run_rate(&arrivals(env, seen), l);
+    pool.cleanup().await;
+
+    json!({
+        "concurrency": c,
+        "tasks": n,
+        "completed": completed,
+        "provider_calls_per_stage": calls_per_stage,
+        "bound_stages_per_s": bound,
+        "end_to_end_stages_per_s": e2e,
+        "end_to_end_ratio": e2e / bound,
+        "end_to_end_makespan_s": makespan,
+        "end_to_end_makespan_ratio": (n as f64 / c as f64) * l / makespan,
+        "worker_alone_stages_per_s": alone,
+        "worker_alone_ratio": alone / bound,
+        "intake_tasks_per_s": intake,
+        "overhead_ms": {
+            "p50": percentile(&overhead, 50.0),
+            "p95": percentile(&overhead, 95.0),
+            "p99": percentile(&overhead, 99.0),
+        },
+        "cpu_ms_per_stage": {
+            "scheduler": cpu.0.as_secs_f64() * 1000.0 / n as f64,
+            "worker": cpu.1.as_secs_f64() * 1000.0 / n as f64,
+        },
+        "rss_mib": {
+            "scheduler_idle": idle_rss.0,
+            "worker_idle": idle_rss.1,
+            "scheduler_peak": rss.0,
+            "worker_peak": rss.1,
+            "worker_alone_peak": alone_rss,
+        },
+    })
+}
+
+/// Worker alone with `w` worker processes of `c` slots each.
+async fn scaling(env: &Env, args: &Args, w: usize) -> Value {
+    let c = args.scaling_concurrency;
+    let l = args.latency.as_secs_f64();
+    let n = args.per_slot * c * w;
+    let within =
+        Duration::from_secs_f64(120.0 + 4.0 * n as f64 * l / (c * w) as f64 + n as f64 / 10.0);
+    let mut pool = Pool::start(env, c, 0);
+    let ids = pool.submit(n).await;
+    pool.await_queued(n as u64, within).await;
+    let seen = env.llm.request_count();
+    for _ in 0..w {
+        pool.add_worker();
+    }
+    pool.await_all(&ids, within).await;
+    let rate = run_rate(&arrivals(env, seen), l);
+    pool.cleanup().await;
+    json!({
+        "workers": w,
+        "concurrency_each": c,
+        "tasks": n,
+        "stages_per_s": rate,
+        "ratio": rate / ((c * w) as f64 / l),
+    })
+}
+
+fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpu
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_gib = mem
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
+    json!({"cpu": model, "cores": cores, "memory_gib": (mem_gib * 10.0).round() / 10.0})
+}
+
+fn markdown(report: &Value) -> String {
+    let mut md = String::new();
+    let m = &report["machine"];
+    md.push_str(&format!(
+        "Machine: {} ({} cores, {} GiB); fake provider latency L = {} ms; `{}`.\n\n",
+        m["cpu"].as_str().unwrap_or(""),
+        m["cores"],
+        m["memory_gib"],
+        report["latency_ms"],
+        report["command"].as_str().unwrap_or("")
+    ));
+    md.push_str("| C | C/L (stages/s) | end to end, through the API | ratio | makespan ratio | worker alone | ratio | intake tasks/s | overhead p50 / p95 / p99 (ms) | CPU ms/stage scheduler / worker | RSS MiB worker idle / peak |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for r in report["concurrency"].as_array().unwrap() {
+        md.push_str(&format!(
+            "| {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {:.2} | {:.0} | {:.0} / {:.0} / {:.0} | {:.2} / {:.2} | {:.0} / {:.0} |\n",
+            r["concurrency"],
+            r["bound_stages_per_s"].as_f64().unwrap(),
+            r["end_to_end_stages_per_s"].as_f64().unwrap(),
+            r["end_to_end_ratio"].as_f64().unwrap(),
+            r["end_to_end_makespan_ratio"].as_f64().unwrap(),
+            r["worker_alone_stages_per_s"].as_f64().unwrap(),
+            r["worker_alone_ratio"].as_f64().unwrap(),
+            r["intake_tasks_per_s"].as_f64().unwrap(),
+            r["overhead_ms"]["p50"].as_f64().unwrap(),
+            r["overhead_ms"]["p95"].as_f64().unwrap(),
+            r["overhead_ms"]["p99"].as_f64().unwrap(),
+            r["cpu_ms_per_stage"]["scheduler"].as_f64().unwrap(),
+            r["cpu_ms_per_stage"]["worker"].as_f64().unwrap(),
+            r["rss_mib"]["worker_idle"].as_f64().unwrap(),
+            r["rss_mib"]["worker_peak"].as_f64().unwrap(),
+        ));
+    }
+    md.push_str("\n| worker processes | C each | stages/s (worker alone) | ratio to W·C/L | × one |\n|---|---|---|---|---|\n");
+    let scaling = report["scaling"].as_array().unwrap();
+    let one = scaling
+        .first()
+        .and_then(|s| s["stages_per_s"].as_f64())
+        .unwrap_or(f64::NAN);
+    for s in scaling {
+        let rate = s["stages_per_s"].as_f64().unwrap();
+        md.push_str(&format!(
+            "| {} | {} | {:.0} | {:.2} | {:.2} |\n",
+            s["workers"],
+            s["concurrency_each"],
+            rate,
+            s["ratio"].as_f64().unwrap(),
+            rate / one
+        ));
+    }
+    md
+}
+
+fn main() {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = scenario::sample_repo(&tmp.path().join("repo")).unwrap();
+        let llm = FakeProvider::start().await;
+        llm.script(
+            scenario::REVIEW,
+            Script::always(Behaviour::text(scenario::REVIEW_OK).after(args.latency)),
+        );
+        let env = Env {
+            llm,
+            repo: repo.display().to_string(),
+            dir: tmp.path().to_path_buf(),
+            _tmp: tmp,
+        };
+        let mut concurrency = Vec::new();
+        for &c in &args.concurrency {
+            eprintln!("bench: C = {c} …");
+            concurrency.push(at_concurrency(&env, &args, c).await);
+        }
+        let mut scaled = Vec::new();
+        for &w in &args.workers {
+            eprintln!("bench: {w} worker(s) of C = {} …", args.scaling_concurrency);
+            scaled.push(scaling(&env, &args, w).await);
+        }
+        let report = json!({
+            "machine": machine(),
+            "latency_ms": args.latency.as_millis() as u64,
+            "command": format!("cargo bench --bench pool -- {}", std::env::args().skip(1).filter(|a| a != "--bench").collect::<Vec<_>>().join(" ")),
+            "concurrency": concurrency,
+            "scaling": scaled,
+        });
+        let md = markdown(&report);
+        std::fs::create_dir_all(&args.out).unwrap();
+        std::fs::write(args.out.join("pool.json"), serde_json::to_string_pretty(&report).unwrap()).unwrap();
+        std::fs::write(args.out.join("pool.md"), &md).unwrap();
+        print!("{md}");
+    });
+}
