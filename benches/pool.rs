@@ -29,6 +29,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a harness: a failure is a failed run
 #![allow(clippy::cast_precision_loss)] // counts and milliseconds far below 2^52
+#![allow(clippy::print_stdout)] // the report is what a benchmark prints
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
