@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo bench --bench pool -- [--latency-ms 500] [--concurrency 64,256,512] [--workers 1,2,4]
-//!                             [--scaling-concurrency 256] [--out target/bench]
+//!                             [--scaling-concurrency 256] [--out target/bench] [--celery]
 //! ```
 //!
 //! Per concurrency `C` (a fresh scheduler and worker each, `worker.concurrency = C`):
@@ -23,6 +23,10 @@
 //!   after the run.
 //!
 //! Scaling: 1, 2, 4 worker processes of `--scaling-concurrency` each, worker alone.
+//!
+//! With `--celery`, the same stages as Celery 5.7 tasks on the same broker and provider
+//! (`benches/celery/bench_celery.py`; threads and gevent pools, `acks_late`, prefetch 1), worker
+//! alone, in the same run; the virtual environment is made once under `--out`.
 //!
 //! Writes `pool.md` (one Markdown table per part) and `pool.json` into `--out`, and prints the
 //! Markdown.
@@ -61,6 +65,8 @@ struct Args {
     /// Tasks per slot: `N = per_slot · C`.
     per_slot: usize,
     out: PathBuf,
+    /// Run the Celery side too (`--celery`).
+    celery: bool,
 }
 
 impl Args {
@@ -72,6 +78,7 @@ impl Args {
             scaling_concurrency: 256,
             per_slot: 5,
             out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench"),
+            celery: false,
         };
         let list =
             |v: &str| -> Vec<usize> { v.split(',').map(|n| n.trim().parse().unwrap()).collect() };
@@ -88,6 +95,7 @@ impl Args {
                 }
                 "--per-slot" => args.per_slot = it.next().unwrap().parse().unwrap(),
                 "--out" => args.out = PathBuf::from(it.next().unwrap()),
+                "--celery" => args.celery = true,
                 // What `cargo bench` passes to every bench target.
                 "--bench" => {}
                 other => panic!("unknown argument {other}; see the header of benches/pool.rs"),
@@ -469,6 +477,7 @@ async fn at_concurrency(env: &Env, args: &Args, c: usize) -> Value {
     pool.add_worker();
     pool.await_all(&ids, within).await;
     let alone_rss = pool.workers[0].peak_rss_mib();
+    let alone_cpu = pool.workers[0].cpu();
     let alone = run_rate(&arrivals(env, seen), l);
     pool.cleanup().await;
 
@@ -501,6 +510,7 @@ async fn at_concurrency(env: &Env, args: &Args, c: usize) -> Value {
             "worker_peak": rss.1,
             "worker_alone_peak": alone_rss,
         },
+        "worker_alone_cpu_ms_per_stage": alone_cpu.as_secs_f64() * 1000.0 / n as f64,
     })
 }
 
@@ -527,6 +537,111 @@ async fn scaling(env: &Env, args: &Args, w: usize) -> Value {
         "tasks": n,
         "stages_per_s": rate,
         "ratio": rate / ((c * w) as f64 / l),
+    })
+}
+
+/// The Python of a virtual environment with Celery and gevent (made once, in the output
+/// directory, from PyPI).
+fn celery_python(out: &Path) -> PathBuf {
+    let venv = out.join("celery-venv");
+    let python = venv.join("bin/python");
+    if !venv.join("bin/celery").is_file() {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .unwrap();
+        assert!(made.success(), "python3 -m venv {}", venv.display());
+        let installed = Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "celery==5.7.0", "gevent"])
+            .status()
+            .unwrap();
+        assert!(installed.success(), "pip install celery gevent");
+    }
+    python
+}
+
+/// The same stages as Celery 5 tasks (`benches/celery/bench_celery.py`: one call to the same
+/// fake provider each) on the same RabbitMQ, worker alone: `per_slot · C` tasks queued, then one
+/// worker of `pool` (`threads` or `gevent`) with `-c C`, `acks_late` and a prefetch of 1.
+async fn celery(env: &Env, args: &Args, pool: &str, c: usize) -> Value {
+    let l = args.latency.as_secs_f64();
+    let n = args.per_slot * c;
+    let python = celery_python(&args.out);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/celery");
+    let queue = format!("bench-celery-{pool}-{c}-{}", std::process::id());
+    let provider = format!("{}/v1/chat/completions", env.llm.base_url());
+    let python_env = |cmd: &mut Command| {
+        cmd.current_dir(&dir)
+            .env("PROVIDER_URL", &provider)
+            .env("PROVIDER_MODEL", scenario::REVIEW)
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+    };
+    let mut produce = Command::new(&python);
+    produce.args(["bench_celery.py", "produce", &queue, &n.to_string()]);
+    python_env(&mut produce);
+    assert!(
+        produce.status().unwrap().success(),
+        "enqueue the Celery tasks"
+    );
+    let seen = env.llm.request_count();
+    let mut worker = Command::new(python.with_file_name("celery"));
+    worker
+        .args([
+            "-A",
+            "bench_celery",
+            "worker",
+            "-Q",
+            &queue,
+            "-P",
+            pool,
+            "-c",
+        ])
+        .arg(c.to_string())
+        .args([
+            "--prefetch-multiplier",
+            "1",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel",
+            "WARNING",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    python_env(&mut worker);
+    let worker = Proc {
+        child: worker.spawn().unwrap(),
+        line: String::new(),
+    };
+    let within = Duration::from_secs_f64(120.0 + 4.0 * n as f64 * l / c as f64 + n as f64 / 10.0);
+    let deadline = Instant::now() + within;
+    let mut ticks = tokio::time::interval(Duration::from_millis(100));
+    while env.llm.request_count() < seen + n {
+        ticks.tick().await;
+        assert!(
+            Instant::now() < deadline,
+            "Celery did not run its tasks in time"
+        );
+    }
+    // The last answers arrive `L` after the last requests.
+    tokio::time::sleep(args.latency + Duration::from_millis(200)).await;
+    let rate = run_rate(&arrivals(env, seen), l);
+    let cpu = worker.cpu();
+    let rss = worker.peak_rss_mib();
+    drop(worker);
+    let mut delete = Command::new(&python);
+    delete.args(["bench_celery.py", "delete", &queue]);
+    python_env(&mut delete);
+    let _ = delete.status();
+    json!({
+        "pool": pool,
+        "concurrency": c,
+        "tasks": n,
+        "stages_per_s": rate,
+        "ratio": rate / (c as f64 / l),
+        "cpu_ms_per_stage": cpu.as_secs_f64() * 1000.0 / n as f64,
+        "rss_mib_peak": rss,
     })
 }
 
@@ -580,6 +695,36 @@ fn markdown(report: &Value) -> String {
             r["rss_mib"]["worker_peak"].as_f64().unwrap(),
         ));
     }
+    let celery = report["celery"].as_array().cloned().unwrap_or_default();
+    if !celery.is_empty() {
+        md.push_str("\n| C | worker alone: verdict stages/s (ratio) · RSS MiB · CPU ms/stage | Celery threads | Celery gevent |\n|---|---|---|---|\n");
+        for r in report["concurrency"].as_array().unwrap() {
+            let c = &r["concurrency"];
+            let cell = |pool: &str| {
+                celery
+                    .iter()
+                    .find(|x| x["pool"] == pool && &x["concurrency"] == c)
+                    .map_or("—".to_owned(), |x| {
+                        format!(
+                            "{:.0} ({:.2}) · {:.0} · {:.2}",
+                            x["stages_per_s"].as_f64().unwrap(),
+                            x["ratio"].as_f64().unwrap(),
+                            x["rss_mib_peak"].as_f64().unwrap(),
+                            x["cpu_ms_per_stage"].as_f64().unwrap()
+                        )
+                    })
+            };
+            md.push_str(&format!(
+                "| {c} | {:.0} ({:.2}) · {:.0} · {:.2} | {} | {} |\n",
+                r["worker_alone_stages_per_s"].as_f64().unwrap(),
+                r["worker_alone_ratio"].as_f64().unwrap(),
+                r["rss_mib"]["worker_alone_peak"].as_f64().unwrap(),
+                r["worker_alone_cpu_ms_per_stage"].as_f64().unwrap(),
+                cell("threads"),
+                cell("gevent"),
+            ));
+        }
+    }
     md.push_str("\n| worker processes | C each | stages/s (worker alone) | ratio to W·C/L | × one |\n|---|---|---|---|---|\n");
     let scaling = report["scaling"].as_array().unwrap();
     let one = scaling
@@ -626,6 +771,15 @@ fn main() {
             eprintln!("bench: C = {c} …");
             concurrency.push(at_concurrency(&env, &args, c).await);
         }
+        let mut celery_runs = Vec::new();
+        if args.celery {
+            for pool in ["threads", "gevent"] {
+                for &c in &args.concurrency {
+                    eprintln!("bench: Celery, {pool} pool, C = {c} …");
+                    celery_runs.push(celery(&env, &args, pool, c).await);
+                }
+            }
+        }
         let mut scaled = Vec::new();
         for &w in &args.workers {
             eprintln!("bench: {w} worker(s) of C = {} …", args.scaling_concurrency);
@@ -636,6 +790,7 @@ fn main() {
             "latency_ms": args.latency.as_millis() as u64,
             "command": format!("cargo bench --bench pool -- {}", std::env::args().skip(1).filter(|a| a != "--bench").collect::<Vec<_>>().join(" ")),
             "concurrency": concurrency,
+            "celery": celery_runs,
             "scaling": scaled,
         });
         let md = markdown(&report);
