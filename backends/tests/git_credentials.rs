@@ -305,3 +305,63 @@ async fn urls_the_credentials_do_not_serve_are_fetched_without_a_header() {
         assert!(process.ends_with(" | no header"), "{process}");
     }
 }
+
+/// Issue 11: a fetch that began after a request was made answers it. A change between two
+/// branch names fetches once, not once per name; a request made after that fetch fetches again
+/// (a branch may have moved), and sees the branch where it moved to.
+#[tokio::test]
+async fn a_change_between_two_branch_names_fetches_once_and_a_later_request_fetches_again() {
+    let world = World::new();
+    let remote = world.root.join("repos/acme/shop.git");
+    git(&remote, &["checkout", "--quiet", "-b", "feature"]);
+    std::fs::write(remote.join("README.md"), "shop, with coupons\n").unwrap();
+    git(&remote, &["commit", "--quiet", "-am", "coupons"]);
+    let mut config = GitSourceConfig::new(world.root.join("cache"));
+    config.git_program = world.root.join("logging-git");
+    config.env = vec![
+        (
+            "GIT_CONFIG_GLOBAL".to_owned(),
+            world.root.join("gitconfig").display().to_string(),
+        ),
+        ("HOME".to_owned(), world.root.display().to_string()),
+    ];
+    let source = GitRepositorySource::open(config).unwrap();
+    let cancel = CancellationToken::new();
+    let fetches = |world: &World| {
+        world
+            .processes()
+            .iter()
+            .filter(|p| p.contains(" fetch "))
+            .count()
+    };
+
+    let change = source
+        .change(URL, "main", "feature", &cancel)
+        .await
+        .unwrap();
+    assert_eq!(change.base, world.head);
+    assert!(
+        change.diff.contains("+shop, with coupons"),
+        "{}",
+        change.diff
+    );
+    assert_eq!(
+        fetches(&world),
+        1,
+        "one fetch for both names: {:#?}",
+        world.processes()
+    );
+
+    std::fs::write(remote.join("README.md"), "shop, with coupons and tax\n").unwrap();
+    git(&remote, &["commit", "--quiet", "-am", "tax"]);
+    let moved = git(&remote, &["rev-parse", "HEAD"]);
+    let again = source
+        .change(URL, "main", "feature", &cancel)
+        .await
+        .unwrap();
+    assert_eq!(
+        again.head, moved,
+        "the later request sees the branch where it moved"
+    );
+    assert_eq!(fetches(&world), 2);
+}

@@ -9,7 +9,9 @@
 //! `origin/<branch>`, each optionally followed by `~n`/`^n` steps), checked before any process
 //! runs. A SHA (with its steps) that already resolves in the mirror is used without fetching
 //! (commits never change); anything else is resolved after fetching every ref of the remote
-//! (`+refs/*:refs/*`, so GitHub's `refs/pull/*` heads are included):
+//! (`+refs/*:refs/*`, so GitHub's `refs/pull/*` heads are included) — by a fetch that began
+//! after the request was made: one this request runs, or one another request ran meanwhile
+//! (decision 166), so a review's two names and concurrent intakes share fetches:
 //! - as typed first;
 //! - `HEAD` is the *remote's* HEAD (its default branch), not the mirror's own: it is fetched into
 //!   the private ref `refs/verdict/remote-head` only when a revision starts with `HEAD`, so a
@@ -70,6 +72,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 use tokio::process::Command;
@@ -277,8 +280,35 @@ pub struct GitRepositorySource {
     mirrors_dir: PathBuf,
     cache: SnapshotCache,
     locks: KeyedLocks,
+    /// When the last successful fetch of every ref began, per mirror: a revision name asked
+    /// for after that moment is answered without fetching again (see [`Fetched`]).
+    fetched: Fetched,
     /// Holds the directory's `.lock` for as long as this source lives.
     _owner: DirectoryLock,
+}
+
+/// The start of each mirror's last successful fetch of every ref. A fetch that began after a
+/// request was made shows the remote as it was at that request or later — exactly what the
+/// request's own fetch would show — so concurrent intakes of one repository share one fetch,
+/// and a review's base and head (resolved one after the other) one between them, instead of a
+/// fetch per revision name (issue 11: two fetches per review were most of intake's cost).
+#[derive(Debug, Default)]
+struct Fetched(Mutex<HashMap<PathBuf, Instant>>);
+
+impl Fetched {
+    /// Whether `mirror` was fetched by a fetch that began at or after `since`.
+    fn since(&self, mirror: &Path, since: Instant) -> bool {
+        let fetched = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        fetched.get(mirror).is_some_and(|began| *began >= since)
+    }
+
+    fn record(&self, mirror: &Path, began: Instant) {
+        let mut fetched = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = fetched.entry(mirror.to_path_buf()).or_insert(began);
+        if *entry < began {
+            *entry = began;
+        }
+    }
 }
 
 impl GitRepositorySource {
@@ -296,6 +326,7 @@ impl GitRepositorySource {
             mirrors_dir,
             cache,
             locks: KeyedLocks::default(),
+            fetched: Fetched::default(),
             _owner: owner,
         })
     }
@@ -329,11 +360,13 @@ impl GitRepositorySource {
         }
 
         let mirror = self.mirrors_dir.join(&url_key);
+        let asked = Instant::now();
         let sha = {
             let lock = self.locks.get(&format!("mirror {url_key}"));
             let _held = cancellable(cancel, lock.lock()).await?;
             self.ensure_mirror(&mirror, &remote, cancel).await?;
-            self.resolve(&mirror, &remote, revision, cancel).await?
+            self.resolve(&mirror, &remote, revision, asked, cancel)
+                .await?
         };
 
         let key = format!("{url_key}-{sha}");
@@ -413,13 +446,15 @@ impl GitRepositorySource {
     }
 
     /// The full SHA `revision` names, fetching only when the mirror cannot answer on its own
-    /// (the order of attempts is in the module documentation). The caller holds the mirror's
-    /// lock.
+    /// (the order of attempts is in the module documentation) and no fetch of every ref began
+    /// since `asked` — when the caller's request was made, before it waited for the lock. The
+    /// caller holds the mirror's lock.
     async fn resolve(
         &self,
         mirror: &Path,
         remote: &Remote<'_>,
         revision: Revision<'_>,
+        asked: Instant,
         cancel: &CancellationToken,
     ) -> Result<String, RepoError> {
         if revision.names_sha()
@@ -429,14 +464,18 @@ impl GitRepositorySource {
         {
             return Ok(sha);
         }
-        let mut fetch = self.remote_git(mirror, remote, cancel).await?;
-        fetch
-            .args(["fetch", "--quiet", "--prune", "--no-write-fetch-head", "--"])
-            .arg(remote.url)
-            .arg("+refs/*:refs/*");
-        let out = self.run(fetch, FETCH, remote, cancel).await?;
-        if !out.status.success() {
-            return Err(classify_remote_failure(remote, &out));
+        if !self.fetched.since(mirror, asked) {
+            let began = Instant::now();
+            let mut fetch = self.remote_git(mirror, remote, cancel).await?;
+            fetch
+                .args(["fetch", "--quiet", "--prune", "--no-write-fetch-head", "--"])
+                .arg(remote.url)
+                .arg("+refs/*:refs/*");
+            let out = self.run(fetch, FETCH, remote, cancel).await?;
+            if !out.status.success() {
+                return Err(classify_remote_failure(remote, &out));
+            }
+            self.fetched.record(mirror, began);
         }
         let not_found = || RepoError::CommitNotFound {
             url: remote.shown.clone(),
@@ -729,13 +768,15 @@ impl GitRepositorySource {
             shown: redact_url(url),
         };
         let mirror = self.mirrors_dir.join(sha256_hex(&remote.shown));
+        let asked = Instant::now();
         let lock = self
             .locks
             .get(&format!("mirror {}", sha256_hex(&remote.shown)));
         let _held = cancellable(cancel, lock.lock()).await?;
         self.ensure_mirror(&mirror, &remote, cancel).await?;
-        let base = self.resolve(&mirror, &remote, base, cancel).await?;
-        let head = self.resolve(&mirror, &remote, head, cancel).await?;
+        // One fetch serves both names: the head's resolution finds the base's fetch fresh.
+        let base = self.resolve(&mirror, &remote, base, asked, cancel).await?;
+        let head = self.resolve(&mirror, &remote, head, asked, cancel).await?;
         // A pull request shows what its head adds to the history it shares with the base, not
         // the base's own later changes undone: the diff starts at the merge base. Histories
         // without a common commit are compared directly.
@@ -795,10 +836,13 @@ impl GitRepositorySource {
         };
         let url_key = sha256_hex(&remote.shown);
         let mirror = self.mirrors_dir.join(&url_key);
+        let asked = Instant::now();
         let lock = self.locks.get(&format!("mirror {url_key}"));
         let _held = cancellable(cancel, lock.lock()).await?;
         self.ensure_mirror(&mirror, &remote, cancel).await?;
-        let sha = self.resolve(&mirror, &remote, revision, cancel).await?;
+        let sha = self
+            .resolve(&mirror, &remote, revision, asked, cancel)
+            .await?;
 
         let mut ls = self.git(Some(&mirror));
         ls.args(["ls-tree", "-r", "-l", "-z", "--full-tree", &sha]);
@@ -849,10 +893,12 @@ impl GitRepositorySource {
         };
         let url_key = sha256_hex(&remote.shown);
         let mirror = self.mirrors_dir.join(&url_key);
+        let asked = Instant::now();
         let lock = self.locks.get(&format!("mirror {url_key}"));
         let _held = cancellable(cancel, lock.lock()).await?;
         self.ensure_mirror(&mirror, &remote, cancel).await?;
-        self.resolve(&mirror, &remote, revision, cancel).await
+        self.resolve(&mirror, &remote, revision, asked, cancel)
+            .await
     }
 }
 
