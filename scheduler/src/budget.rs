@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Datelike, Months, Utc};
 use serde::{Deserialize, Serialize};
 use verdict_backends::store::Account;
 use verdict_proto::budget::{Amount, Limit, TokenPrice};
@@ -41,50 +42,26 @@ impl Period {
 
     /// The period `now` falls in (`2026-12-02` or `2026-12`) and when it ends (unix ms).
     pub fn at(self, now_unix_ms: u64) -> (String, u64) {
-        let day = now_unix_ms / DAY_MS;
-        let (y, m, d) = civil_from_days(i64::try_from(day).unwrap_or(i64::MAX));
-        match self {
-            Period::Day => (
-                format!("{y:04}-{m:02}-{d:02}"),
-                (day + 1).saturating_mul(DAY_MS),
+        let now = i64::try_from(now_unix_ms)
+            .ok()
+            .and_then(DateTime::<Utc>::from_timestamp_millis)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let day = now.date_naive();
+        let (name, next) = match self {
+            Period::Day => (day.format("%Y-%m-%d").to_string(), day.succ_opt()),
+            Period::Month => (
+                day.format("%Y-%m").to_string(),
+                day.with_day(1)
+                    .and_then(|first| first.checked_add_months(Months::new(1))),
             ),
-            Period::Month => {
-                let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-                let end = u64::try_from(days_from_civil(ny, nm, 1)).unwrap_or(0);
-                (format!("{y:04}-{m:02}"), end.saturating_mul(DAY_MS))
-            }
-        }
+        };
+        let ends = next
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map_or(u64::MAX, |t| {
+                u64::try_from(t.and_utc().timestamp_millis()).unwrap_or(0)
+            });
+        (name, ends)
     }
-}
-
-/// Days since 1970-01-01 as a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (
-        y,
-        u32::try_from(m).unwrap_or(1),
-        u32::try_from(d).unwrap_or(1),
-    )
-}
-
-/// The inverse of [`civil_from_days`].
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(m);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// `[budgets]` and `[organisations.<name>]`: which organisations have budgets, over which
@@ -280,10 +257,12 @@ mod tests {
         assert_eq!(ends, DEC_2_2026 + DAY_MS);
         assert_eq!(Period::Month.at(0).0, "1970-01");
         assert_eq!(Period::Day.at(951_782_400_000).0, "2000-02-29");
-        for day in [0_i64, 59, 365, 10_957, 20_789, 47_482] {
-            let (y, m, d) = civil_from_days(day);
-            assert_eq!(days_from_civil(y, m, d), day);
-        }
+        let (name, ends) = Period::Month.at(951_782_400_000);
+        assert_eq!(
+            (name.as_str(), ends),
+            ("2000-02", 951_868_800_000),
+            "a leap February"
+        );
     }
 
     #[test]
