@@ -310,6 +310,49 @@ async fn a_message_no_queue_takes_is_unroutable_not_confirmed() {
     broker.close().await;
 }
 
+/// Publishes run concurrently over the pool of confirm channels; a returned message must still be
+/// reported against the publish that sent it, never against a neighbour confirmed at the same
+/// time.
+#[tokio::test]
+async fn concurrent_publishes_each_learn_their_own_return() {
+    let (config, _cleanup) = config(|c| c.publish_channels = 4);
+    let broker = Arc::new(AmqpBroker::connect(config.clone()).await.unwrap());
+    delete_queue(&format!("{}.stages.bulk", config.prefix)).await;
+    let mut publishes = tokio::task::JoinSet::new();
+    for n in 0..64 {
+        let broker = Arc::clone(&broker);
+        publishes.spawn(async move {
+            let route = if n % 2 == 0 { INTERACTIVE } else { BULK };
+            (n, broker.publish(route, &message(&format!("m{n}"))).await)
+        });
+    }
+    let mut delivered_expected = Vec::new();
+    while let Some(joined) = publishes.join_next().await {
+        let (n, outcome) = joined.unwrap();
+        if n % 2 == 0 {
+            assert!(outcome.is_ok(), "publish {n} to a bound queue failed: {outcome:?}");
+            delivered_expected.push(message(&format!("m{n}")));
+        } else {
+            assert!(
+                matches!(outcome, Err(BrokerError::Unroutable { .. })),
+                "publish {n} to the deleted queue: {outcome:?}"
+            );
+        }
+    }
+    let mut stages = broker.consume(INTERACTIVE, 64).await.unwrap();
+    let mut received = Vec::new();
+    for _ in 0..delivered_expected.len() {
+        let delivery = next(&mut stages).await;
+        received.push(delivery.message.clone());
+        delivery.acker.ack().await.unwrap();
+    }
+    let key = |m: &Message| format!("{m:?}");
+    received.sort_by_key(key);
+    delivered_expected.sort_by_key(key);
+    assert_eq!(received, delivered_expected);
+    broker.close().await;
+}
+
 #[tokio::test]
 async fn a_consumer_whose_queue_is_deleted_consumes_again() {
     let (config, _cleanup) = config(|_| {});

@@ -39,6 +39,9 @@ pub struct AmqpConfig {
     /// The longest pause between two reconnection attempts (exponential backoff with jitter,
     /// starting at 100 ms, never giving up). Default 10 s.
     pub reconnect_max_delay: Duration,
+    /// Confirm-mode publisher channels per connection, each carrying one unconfirmed message at a
+    /// time: how many confirmed publishes one process has in flight. Default 32.
+    pub publish_channels: usize,
 }
 
 impl AmqpConfig {
@@ -55,6 +58,7 @@ impl AmqpConfig {
             connection_name: "verdict".to_owned(),
             publish_timeout: Duration::from_secs(30),
             reconnect_max_delay: Duration::from_secs(10),
+            publish_channels: 32,
         }
     }
 
@@ -100,6 +104,13 @@ impl AmqpConfig {
                 )));
             }
         }
+        if !(1..=1024).contains(&self.publish_channels) {
+            return Err(BrokerError::Topology(format!(
+                "publish_channels {} is outside 1 to 1024; it is how many confirm-mode channels \
+                 carry publishes (default 32)",
+                self.publish_channels
+            )));
+        }
         if self.connection_name.len() > 255 {
             return Err(BrokerError::Topology(
                 "connection_name is longer than 255 bytes; shorten it".to_owned(),
@@ -128,6 +139,7 @@ impl fmt::Debug for AmqpConfig {
             .field("connection_name", &self.connection_name)
             .field("publish_timeout", &self.publish_timeout)
             .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .field("publish_channels", &self.publish_channels)
             .finish()
     }
 }

@@ -17,7 +17,7 @@ mod publish;
 mod topology;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ use crate::BoxFuture;
 /// channel or the connection): closing must not hang until a heartbeat timeout.
 const GOODBYE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The RabbitMQ broker: one connection, one confirm-mode publisher channel, one channel per
+/// The RabbitMQ broker: one connection, a pool of confirm-mode publisher channels, one channel per
 /// subscription. Share it behind an `Arc`; every method takes `&self`.
 pub struct AmqpBroker {
     shared: Arc<Shared>,
@@ -55,7 +55,10 @@ struct Shared {
     generation: AtomicU64,
     /// Wakes the supervisor when a caller saw a connection error.
     nudge: Notify,
-    publisher: tokio::sync::Mutex<Option<Publisher>>,
+    /// Confirm-mode channels, each with at most one unconfirmed publish (see `publish`).
+    publishers: Vec<tokio::sync::Mutex<Option<Publisher>>>,
+    /// Where the next publish starts looking for a free channel.
+    next_publisher: AtomicUsize,
     subscriptions: Mutex<Vec<Arc<consume::Subscription>>>,
     /// Subscription tasks, joined on shutdown.
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -78,13 +81,17 @@ impl AmqpBroker {
     /// once connected, connection losses are recovered in the background.
     pub async fn connect(config: AmqpConfig) -> Result<AmqpBroker, BrokerError> {
         config.validate()?;
+        let publishers = (0..config.publish_channels)
+            .map(|_| tokio::sync::Mutex::new(None))
+            .collect();
         let shared = Arc::new(Shared {
             topology: Topology::new(&config),
             config,
             link: watch::Sender::new(None),
             generation: AtomicU64::new(1),
             nudge: Notify::new(),
-            publisher: tokio::sync::Mutex::new(None),
+            publishers,
+            next_publisher: AtomicUsize::new(0),
             subscriptions: Mutex::new(Vec::new()),
             tasks: Mutex::new(Vec::new()),
             supervisor: Mutex::new(None),
@@ -278,14 +285,9 @@ impl AmqpBroker {
             .unwrap_or_else(PoisonError::into_inner)
             .drain(..)
             .collect();
-        channels.extend(
-            self.shared
-                .publisher
-                .lock()
-                .await
-                .take()
-                .map(Publisher::into_channel),
-        );
+        for slot in &self.shared.publishers {
+            channels.extend(slot.lock().await.take().map(Publisher::into_channel));
+        }
         // Each channel closed while the connection is still up: a channel merely dropped closes
         // itself later in lapin's background, and that close, failing against the closing
         // connection, was logged as a connection error at every shutdown.
