@@ -330,7 +330,10 @@ async fn concurrent_publishes_each_learn_their_own_return() {
     while let Some(joined) = publishes.join_next().await {
         let (n, outcome) = joined.unwrap();
         if n % 2 == 0 {
-            assert!(outcome.is_ok(), "publish {n} to a bound queue failed: {outcome:?}");
+            assert!(
+                outcome.is_ok(),
+                "publish {n} to a bound queue failed: {outcome:?}"
+            );
             delivered_expected.push(message(&format!("m{n}")));
         } else {
             assert!(

@@ -308,7 +308,8 @@ async fn urls_the_credentials_do_not_serve_are_fetched_without_a_header() {
 
 /// Issue 11: a fetch that began after a request was made answers it. A change between two
 /// branch names fetches once, not once per name; a request made after that fetch fetches again
-/// (a branch may have moved), and sees the branch where it moved to.
+/// (a branch may have moved), and sees the branch where it moved to. A change already diffed is
+/// not diffed again.
 #[tokio::test]
 async fn a_change_between_two_branch_names_fetches_once_and_a_later_request_fetches_again() {
     let world = World::new();
@@ -362,6 +363,27 @@ async fn a_change_between_two_branch_names_fetches_once_and_a_later_request_fetc
     assert_eq!(
         again.head, moved,
         "the later request sees the branch where it moved"
+    );
+    assert_eq!(fetches(&world), 2);
+
+    // The same change named by its commits: nothing is fetched or diffed again; the names are
+    // checked once, and after that a review of the pair runs no git process at all.
+    let by_commits = source
+        .change(URL, &world.head, &moved, &cancel)
+        .await
+        .unwrap();
+    assert_eq!(by_commits, again);
+    let before = world.processes().len();
+    let once_more = source
+        .change(URL, &world.head, &moved, &cancel)
+        .await
+        .unwrap();
+    assert_eq!(once_more, again);
+    assert_eq!(
+        world.processes().len(),
+        before,
+        "a change already diffed, between commits already checked, runs no git: {:#?}",
+        &world.processes()[before..]
     );
     assert_eq!(fetches(&world), 2);
 }

@@ -21,6 +21,10 @@
 //! - a full SHA that is still unknown is fetched by itself, which most hosts allow for reachable
 //!   commits.
 //!
+//! What a name resolved to is remembered until the mirror's next fetch, and the change between
+//! two commits (merge base and diff) for as long as it fits in `max_change_cache_bytes`
+//! ([`super::memo`], decision 168): a review of commits already seen runs no git process.
+//!
 //! The snapshot is keyed by the resolved full SHA, so every name of a commit shares one cache
 //! entry.
 //!
@@ -81,6 +85,7 @@ use verdict_proto::revision::{Revision, is_full_sha};
 use verdict_proto::wire::RepositoryRef;
 
 use super::cache::{self, CacheStats, SnapshotCache};
+use super::memo::{Changes, Resolved};
 use super::scratch::ScratchDir;
 use super::{Change, GitCredentials, RepoError, RepoFile, RepositorySource, Snapshot, redact_url};
 use crate::BoxFuture;
@@ -255,6 +260,9 @@ pub struct GitSourceConfig {
     /// The longest a git process that only reads the mirror may run (`rev-parse`, `diff`,
     /// `archive` with its `tar`). Default 300 s.
     pub local_timeout: std::time::Duration,
+    /// Upper bound for the changes between commit pairs kept in memory (their diff text), so a
+    /// change reviewed again is not diffed again. Default 64 MiB.
+    pub max_change_cache_bytes: usize,
 }
 
 impl GitSourceConfig {
@@ -269,6 +277,7 @@ impl GitSourceConfig {
             credentials: None,
             fetch_timeout: std::time::Duration::from_secs(600),
             local_timeout: std::time::Duration::from_secs(300),
+            max_change_cache_bytes: 64 << 20,
         }
     }
 }
@@ -280,35 +289,13 @@ pub struct GitRepositorySource {
     mirrors_dir: PathBuf,
     cache: SnapshotCache,
     locks: KeyedLocks,
-    /// When the last successful fetch of every ref began, per mirror: a revision name asked
-    /// for after that moment is answered without fetching again (see [`Fetched`]).
-    fetched: Fetched,
+    /// Per mirror, when its last fetch of every ref began (a name asked for after that moment
+    /// is answered without fetching again) and what names resolved to since.
+    resolved: Resolved,
+    /// Changes between commit pairs already diffed.
+    changes: Changes,
     /// Holds the directory's `.lock` for as long as this source lives.
     _owner: DirectoryLock,
-}
-
-/// The start of each mirror's last successful fetch of every ref. A fetch that began after a
-/// request was made shows the remote as it was at that request or later — exactly what the
-/// request's own fetch would show — so concurrent intakes of one repository share one fetch,
-/// and a review's base and head (resolved one after the other) one between them, instead of a
-/// fetch per revision name (issue 11: two fetches per review were most of intake's cost).
-#[derive(Debug, Default)]
-struct Fetched(Mutex<HashMap<PathBuf, Instant>>);
-
-impl Fetched {
-    /// Whether `mirror` was fetched by a fetch that began at or after `since`.
-    fn since(&self, mirror: &Path, since: Instant) -> bool {
-        let fetched = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        fetched.get(mirror).is_some_and(|began| *began >= since)
-    }
-
-    fn record(&self, mirror: &Path, began: Instant) {
-        let mut fetched = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = fetched.entry(mirror.to_path_buf()).or_insert(began);
-        if *entry < began {
-            *entry = began;
-        }
-    }
 }
 
 impl GitRepositorySource {
@@ -322,11 +309,12 @@ impl GitRepositorySource {
         let owner = lock_directory(&config.cache_dir)?;
         let cache = SnapshotCache::open(&config.cache_dir, config.max_snapshot_bytes)?;
         Ok(GitRepositorySource {
+            resolved: Resolved::default(),
+            changes: Changes::new(config.max_change_cache_bytes),
             config,
             mirrors_dir,
             cache,
             locks: KeyedLocks::default(),
-            fetched: Fetched::default(),
             _owner: owner,
         })
     }
@@ -457,14 +445,17 @@ impl GitRepositorySource {
         asked: Instant,
         cancel: &CancellationToken,
     ) -> Result<String, RepoError> {
-        if revision.names_sha()
-            && let Some(sha) = self
-                .rev_parse(mirror, remote, revision.as_str(), cancel)
-                .await?
-        {
-            return Ok(sha);
+        let typed = revision.as_str();
+        if revision.names_sha() {
+            if let Some(sha) = self.resolved.name(mirror, typed) {
+                return Ok(sha);
+            }
+            if let Some(sha) = self.rev_parse(mirror, remote, typed, cancel).await? {
+                self.resolved.remember(mirror, typed, &sha);
+                return Ok(sha);
+            }
         }
-        if !self.fetched.since(mirror, asked) {
+        if !self.resolved.fetched_since(mirror, asked) {
             let began = Instant::now();
             let mut fetch = self.remote_git(mirror, remote, cancel).await?;
             fetch
@@ -475,8 +466,26 @@ impl GitRepositorySource {
             if !out.status.success() {
                 return Err(classify_remote_failure(remote, &out));
             }
-            self.fetched.record(mirror, began);
+            self.resolved.record_fetch(mirror, began);
         }
+        if let Some(sha) = self.resolved.name(mirror, typed) {
+            return Ok(sha);
+        }
+        let sha = self
+            .resolve_after_fetch(mirror, remote, revision, cancel)
+            .await?;
+        self.resolved.remember(mirror, typed, &sha);
+        Ok(sha)
+    }
+
+    /// [`Self::resolve`] once the mirror is fresh enough and its names memo had no answer.
+    async fn resolve_after_fetch(
+        &self,
+        mirror: &Path,
+        remote: &Remote<'_>,
+        revision: Revision<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<String, RepoError> {
         let not_found = || RepoError::CommitNotFound {
             url: remote.shown.clone(),
             revision: revision.as_str().to_owned(),
@@ -777,12 +786,32 @@ impl GitRepositorySource {
         // One fetch serves both names: the head's resolution finds the base's fetch fresh.
         let base = self.resolve(&mirror, &remote, base, asked, cancel).await?;
         let head = self.resolve(&mirror, &remote, head, asked, cancel).await?;
+        if let Some(change) = self.changes.get(&mirror, &base, &head) {
+            return Ok(change);
+        }
+        let change = self
+            .diff_commits(&mirror, &remote, base.clone(), head.clone(), cancel)
+            .await?;
+        self.changes.put(&mirror, &base, &head, &change);
+        Ok(change)
+    }
+
+    /// The change from commit `base` to commit `head`, from their merge base; the caller holds
+    /// the mirror's lock.
+    async fn diff_commits(
+        &self,
+        mirror: &Path,
+        remote: &Remote<'_>,
+        base: String,
+        head: String,
+        cancel: &CancellationToken,
+    ) -> Result<Change, RepoError> {
         // A pull request shows what its head adds to the history it shares with the base, not
         // the base's own later changes undone: the diff starts at the merge base. Histories
         // without a common commit are compared directly.
-        let mut merge_base = self.git(Some(&mirror));
+        let mut merge_base = self.git(Some(mirror));
         merge_base.args(["merge-base", &base, &head]);
-        let out = self.run(merge_base, MERGE_BASE, &remote, cancel).await?;
+        let out = self.run(merge_base, MERGE_BASE, remote, cancel).await?;
         let found = String::from_utf8_lossy(&out.stdout)
             .trim()
             .to_ascii_lowercase();
@@ -791,7 +820,7 @@ impl GitRepositorySource {
         } else {
             base
         };
-        let mut diff = self.git(Some(&mirror));
+        let mut diff = self.git(Some(mirror));
         diff.args([
             "diff",
             "--no-color",
@@ -802,9 +831,9 @@ impl GitRepositorySource {
             &head,
             "--",
         ]);
-        let out = self.run(diff, DIFF, &remote, cancel).await?;
+        let out = self.run(diff, DIFF, remote, cancel).await?;
         if !out.status.success() {
-            return Err(git_failed("git diff", &remote, &out));
+            return Err(git_failed("git diff", remote, &out));
         }
         Ok(Change {
             base,

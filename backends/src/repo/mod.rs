@@ -34,6 +34,7 @@ use crate::secret::Secret;
 
 mod cache;
 pub mod git;
+mod memo;
 pub mod memory;
 mod scratch;
 
