@@ -265,6 +265,7 @@ fn scheduler_settings(config: &Config) -> SchedulerSettings {
         stall_after: config.scheduler.stall_after,
         recover_after: config.scheduler.recover_after,
         intake_concurrency: config.scheduler.intake_concurrency,
+        intake_backlog: config.scheduler.intake_backlog,
         intake_timeout: config.scheduler.intake_timeout,
         repositories: config.repositories.allowlist.clone(),
         budgets: config.budgets.clone(),

@@ -113,7 +113,15 @@ pub struct ApiClient {
     server: String,
     token: Option<Secret>,
     reconnect: ReconnectPolicy,
+    /// How long a submission answered 429 (intake busy) keeps being made again, each time after
+    /// the server's `Retry-After`.
+    busy_patience: Duration,
 }
+
+/// The default of [`ApiClient::with_busy_patience`].
+const BUSY_PATIENCE: Duration = Duration::from_secs(600);
+/// The wait after a 429 that named none.
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 impl ApiClient {
     /// A client of the server at `base_url` (`http(s)://host[:port][/prefix]`), sending `token`
@@ -151,7 +159,15 @@ impl ApiClient {
             server: shown.as_str().trim_end_matches('/').to_owned(),
             token: token.filter(|t| !t.is_empty()).map(Secret::new),
             reconnect: ReconnectPolicy::default(),
+            busy_patience: BUSY_PATIENCE,
         })
+    }
+
+    /// Replaces how long submissions wait out a busy server (default 10 minutes; zero gives the
+    /// 429 back at once).
+    pub fn with_busy_patience(mut self, patience: Duration) -> ApiClient {
+        self.busy_patience = patience;
+        self
     }
 
     /// Replaces how event streams reconnect.
@@ -236,9 +252,39 @@ impl ApiClient {
         }
     }
 
+    /// Posts a submission. A 429 means the server created nothing and will have room later, so
+    /// the same submission is made again after its `Retry-After`, for up to `busy_patience`.
     async fn submit<T: Serialize>(&self, path: &str, body: &T) -> Result<Submitted, ClientError> {
-        let req = self.http.post(self.url(path)).json(body);
-        self.call(req).await
+        let give_up = tokio::time::Instant::now() + self.busy_patience;
+        loop {
+            let req = self.http.post(self.url(path)).json(body);
+            let response = self
+                .authorised(req)
+                .timeout(REQUEST_TIMEOUT)
+                .send()
+                .await
+                .map_err(|e| self.transport(&e))?;
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map_or(DEFAULT_RETRY_AFTER, Duration::from_secs);
+            let body = response.bytes().await.map_err(|e| self.transport(&e))?;
+            if status == StatusCode::TOO_MANY_REQUESTS
+                && tokio::time::Instant::now() + retry_after < give_up
+            {
+                tracing::info!(
+                    server = %self.server,
+                    wait_seconds = retry_after.as_secs(),
+                    "the server is busy; submitting again after its Retry-After"
+                );
+                tokio::time::sleep(retry_after).await;
+                continue;
+            }
+            return self.read(status, &body);
+        }
     }
 
     fn url(&self, path: &str) -> String {
@@ -269,10 +315,15 @@ impl ApiClient {
             .map_err(|e| self.transport(&e))?;
         let status = response.status();
         let body = response.bytes().await.map_err(|e| self.transport(&e))?;
+        self.read(status, &body)
+    }
+
+    /// A JSON answer, or the API's error.
+    fn read<T: DeserializeOwned>(&self, status: StatusCode, body: &[u8]) -> Result<T, ClientError> {
         if !status.is_success() {
-            return Err(self.api_error(status, &body));
+            return Err(self.api_error(status, body));
         }
-        serde_json::from_slice(&body).map_err(|e| ClientError::Protocol {
+        serde_json::from_slice(body).map_err(|e| ClientError::Protocol {
             server: self.server.clone(),
             reason: format!("the {status} answer is not the expected JSON: {e}"),
         })

@@ -177,6 +177,10 @@ pub struct SubmissionOptions {
     /// may be cloned from anywhere. Never read from a request.
     #[serde(skip)]
     pub organisation: Option<String>,
+    /// Admitted even when intake's backlog is full: the sender cannot submit again (a webhook
+    /// delivery, which GitHub does not resend by itself). Never read from a request.
+    #[serde(skip)]
+    pub past_backlog: bool,
 }
 
 /// The pull request or issue on the code host a task is about, and whether its result is posted
@@ -220,6 +224,12 @@ pub enum ServiceError {
     /// 503: a backend is down; retry later.
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    /// 429: intake's backlog is full; nothing was created, submit again after `retry_after_secs`.
+    #[error("{reason}")]
+    Busy {
+        reason: String,
+        retry_after_secs: u64,
+    },
 }
 
 /// Whether the process can serve (`/readyz`).

@@ -41,6 +41,8 @@ struct State {
     /// `events` called with this position fails, this many times.
     fail_after: Option<(Option<String>, usize)>,
     not_ready: Vec<String>,
+    /// The next this many review submissions are answered busy, with `Retry-After: 0`.
+    busy: usize,
 }
 
 #[derive(Debug, Default)]
@@ -150,6 +152,16 @@ impl Fake {
 impl TaskService for Fake {
     fn submit_review(&self, s: ReviewSubmission) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
         Box::pin(async move {
+            {
+                let mut state = self.state.lock().unwrap();
+                if state.busy > 0 {
+                    state.busy -= 1;
+                    return Err(ServiceError::Busy {
+                        reason: "the scheduler is busy".into(),
+                        retry_after_secs: 0,
+                    });
+                }
+            }
             if s.repository.is_empty() {
                 return Err(ServiceError::Invalid(
                     "`repository` is empty: give a git URL or path".into(),
@@ -538,6 +550,37 @@ async fn submissions_answer_202_with_location_and_id() {
     let s = srv.fake.state.lock().unwrap();
     assert_eq!(s.submissions[1]["issue"]["title"], "Crash on start");
     assert_eq!(s.submissions[2]["options"]["priority"], "bulk");
+}
+
+/// Intake's backlog full: 429 with `Retry-After`, nothing created; `ApiClient` waits that long
+/// and submits again, until its patience runs out.
+#[tokio::test]
+async fn a_busy_scheduler_answers_429_with_retry_after_and_the_client_submits_again() {
+    let srv = serve().await;
+    srv.fake.state.lock().unwrap().busy = 1;
+    let r = srv.post_json("/v1/reviews", REVIEW).send().await.unwrap();
+    assert_eq!(r.headers()["retry-after"].to_str().unwrap(), "0");
+    let (code, message) = error_of(r, StatusCode::TOO_MANY_REQUESTS).await;
+    assert_eq!(code, "busy");
+    assert!(message.contains("busy"), "{message}");
+    assert!(srv.fake.state.lock().unwrap().submissions.is_empty());
+
+    srv.fake.state.lock().unwrap().busy = 3;
+    let review: ReviewSubmission = serde_json::from_str(REVIEW).unwrap();
+    let submitted = srv.client().submit_review(&review).await.unwrap();
+    assert!(!submitted.id.is_empty());
+    let s = srv.fake.state.lock().unwrap();
+    assert_eq!(
+        (s.busy, s.submissions.len()),
+        (0, 1),
+        "three refusals, then one task"
+    );
+    drop(s);
+
+    srv.fake.state.lock().unwrap().busy = 1;
+    let impatient = srv.client().with_busy_patience(Duration::ZERO);
+    let error = impatient.submit_review(&review).await.unwrap_err();
+    assert_eq!(error.status(), Some(429), "{error}");
 }
 
 #[tokio::test]

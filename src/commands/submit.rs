@@ -140,6 +140,7 @@ impl OptionArgs {
             reviewers,
             idempotency_key: None,
             organisation: None,
+            past_backlog: false,
         })
     }
 }

@@ -71,6 +71,9 @@ pub(super) const STALL_AFTER_SECONDS: i64 = 30;
 /// lost on the way is published again, and a copy of a stage that was merely queued is harmless.
 pub(super) const RECOVER_AFTER_SECONDS: i64 = 300;
 pub(super) const INTAKE_CONCURRENCY: i64 = 8;
+/// Minutes of work at a few hundred intakes a second, and a bounded amount of memory.
+pub(super) const INTAKE_BACKLOG: i64 = 4096;
+pub(super) const MAX_INTAKE_BACKLOG: i64 = 1_000_000;
 /// Longer than one fetch may take, so git's own limit (which names the repository) comes first.
 pub(super) const INTAKE_TIMEOUT_SECONDS: i64 = 900;
 

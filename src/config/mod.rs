@@ -241,6 +241,9 @@ pub struct SchedulerConfig {
     pub recover_after: Duration,
     /// Intakes (revisions resolved, a review's change read) running at once per replica.
     pub intake_concurrency: usize,
+    /// Tasks one replica holds for intake (running or waiting for a slot) beyond which API
+    /// submissions are answered 429 with `Retry-After`.
+    pub intake_backlog: usize,
     /// How long an intake may take, waiting for a slot included, before its task ends
     /// `incomplete`; only an intake older than this is taken over by another replica.
     pub intake_timeout: Duration,

@@ -152,6 +152,7 @@ table! {
         stall_after_seconds: Int,
         recover_after_seconds: Int,
         intake_concurrency: Int,
+        intake_backlog: Int,
         intake_timeout_seconds: Int,
         queue_stats_interval_seconds: Int,
     }

@@ -927,6 +927,13 @@ fn scheduler(
             1,
             Some(d::MAX_CONCURRENCY),
         )?,
+        intake_backlog: ctx.num(
+            "scheduler.intake_backlog",
+            raw.intake_backlog,
+            d::INTAKE_BACKLOG,
+            1,
+            Some(d::MAX_INTAKE_BACKLOG),
+        )?,
         intake_timeout,
     })
 }

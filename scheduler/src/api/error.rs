@@ -3,7 +3,7 @@
 //! code and a sentence naming the problem — never axum's plain-text rejections or an empty body.
 
 use axum::Json;
-use axum::http::header::{ALLOW, WWW_AUTHENTICATE};
+use axum::http::header::{ALLOW, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -33,6 +33,8 @@ pub struct ApiError {
     challenge: Option<&'static str>,
     /// `Allow` for 405s, when known.
     allow: Option<HeaderValue>,
+    /// `Retry-After` in seconds for 429s.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -43,6 +45,7 @@ impl ApiError {
             message: message.into(),
             challenge: None,
             allow: None,
+            retry_after: None,
         }
     }
 
@@ -107,6 +110,11 @@ impl IntoResponse for ApiError {
         if let Some(allow) = self.allow {
             response.headers_mut().insert(ALLOW, allow);
         }
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
         response
     }
 }
@@ -125,6 +133,13 @@ impl From<ServiceError> for ApiError {
             }
             ServiceError::Unavailable(_) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+            }
+            ServiceError::Busy {
+                retry_after_secs, ..
+            } => {
+                let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "busy", message);
+                e.retry_after = Some(retry_after_secs);
+                e
             }
         }
     }
@@ -150,12 +165,27 @@ mod tests {
                 503,
                 "unavailable",
             ),
+            (
+                ServiceError::Busy {
+                    reason: "full".into(),
+                    retry_after_secs: 3,
+                },
+                429,
+                "busy",
+            ),
         ];
         for (e, status, code) in cases {
             let api = ApiError::from(e.clone());
             assert_eq!(api.status.as_u16(), status, "{e:?}");
             assert_eq!(api.code, code);
             assert_eq!(api.message, e.to_string());
+            let response = api.into_response();
+            let retry_after = response.headers().get(RETRY_AFTER);
+            if status == 429 {
+                assert_eq!(retry_after.and_then(|v| v.to_str().ok()), Some("3"));
+            } else {
+                assert!(retry_after.is_none(), "{e:?}");
+            }
         }
     }
 }

@@ -56,8 +56,16 @@ pub(crate) async fn github(
             tracing::info!(event, delivery, %reason, "webhook ignored");
             return Ok((StatusCode::OK, Json(json!({"ignored": reason}))).into_response());
         }
-        Action::Review(s) => state.service.submit_review(*s).await?,
-        Action::IssueAnalysis(s) => state.service.submit_issue_analysis(*s).await?,
+        // GitHub does not deliver again by itself: a delivery refused as busy would be a review
+        // never made, so deliveries are admitted past intake's backlog.
+        Action::Review(mut s) => {
+            s.options.past_backlog = true;
+            state.service.submit_review(*s).await?
+        }
+        Action::IssueAnalysis(mut s) => {
+            s.options.past_backlog = true;
+            state.service.submit_issue_analysis(*s).await?
+        }
     };
     tracing::info!(event, delivery, task = %submitted.id, "webhook accepted");
     Ok((StatusCode::ACCEPTED, Json(submitted)).into_response())

@@ -408,7 +408,22 @@ impl Batches {
                 revision: member.revision.clone(),
                 options,
             };
-            let answer = scheduler.submit_scan(submission).await;
+            let answer = loop {
+                match scheduler.submit_scan(submission.clone()).await {
+                    // Intake is full: the batch waits for room like any client, member by
+                    // member, instead of failing or flooding the backlog.
+                    Err(ServiceError::Busy {
+                        retry_after_secs, ..
+                    }) => {
+                        let wait = Duration::from_secs(retry_after_secs);
+                        tokio::select! {
+                            () = self.stop.cancelled() => return Ok(()),
+                            () = tokio::time::sleep(wait) => {}
+                        }
+                    }
+                    answer => break answer,
+                }
+            };
             let (created, refused) = match answer {
                 Ok(_) => (true, None),
                 Err(ServiceError::Invalid(reason) | ServiceError::TooLarge(reason)) => {

@@ -73,7 +73,16 @@ impl Service {
     /// Checks the task's repository against the allowlist (SPEC R4), then stores it, opens its
     /// stream and starts its intake in the background; the new record names this replica's
     /// intake as its owner from now.
-    async fn admit(&self, mut task: TaskRecord) -> Result<Submitted, ServiceError> {
+    /// A submission that can be made again later (`past_backlog` false) is refused as busy
+    /// while this replica's intake backlog is full, before anything is written.
+    async fn admit(
+        &self,
+        mut task: TaskRecord,
+        past_backlog: bool,
+    ) -> Result<Submitted, ServiceError> {
+        if !past_backlog {
+            self.intake.check_backlog()?;
+        }
         if let Some(repo) = &task.repository {
             self.allowlist
                 .check(&repo.url, self.resolver.as_ref())
@@ -222,8 +231,9 @@ impl TaskService for Scheduler {
     fn submit_review(&self, s: ReviewSubmission) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
         let service = self.service();
         Box::pin(async move {
+            let past_backlog = s.options.past_backlog;
             let task = service.defaults.review(s, service.now())?;
-            service.admit(task).await
+            service.admit(task, past_backlog).await
         })
     }
 
@@ -233,16 +243,18 @@ impl TaskService for Scheduler {
     ) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
         let service = self.service();
         Box::pin(async move {
+            let past_backlog = s.options.past_backlog;
             let task = service.defaults.issue_analysis(s, service.now())?;
-            service.admit(task).await
+            service.admit(task, past_backlog).await
         })
     }
 
     fn submit_scan(&self, s: ScanSubmission) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
         let service = self.service();
         Box::pin(async move {
+            let past_backlog = s.options.past_backlog;
             let task = service.defaults.scan(s, service.now())?;
-            service.admit(task).await
+            service.admit(task, past_backlog).await
         })
     }
 

@@ -122,6 +122,7 @@ impl Fixture {
             recover_after: RECOVER_AFTER,
             code_host: Some(code_host()),
             intake_concurrency: 8,
+            intake_backlog: 4096,
             intake_timeout: INTAKE_TIMEOUT,
             repositories: RepositoryAllowlist::new(&AllowlistRules {
                 hosts: vec!["example.test".to_owned()],

@@ -15,7 +15,7 @@
 //! included: it ends the task by then, so the sweeper takes over only intakes older than that,
 //! the ones a crashed replica left. A stopping scheduler gives its intakes in flight back.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -40,7 +40,7 @@ use crate::budget::BudgetHold;
 use crate::diff_pieces::{self, IgnoredPaths, PreparedDiff};
 use crate::document::TaskState;
 use crate::pipeline::{self, Effects};
-use crate::service::IssueInput;
+use crate::service::{IssueInput, ServiceError};
 use crate::task::{GivenRevisions, PipelineKind, TaskRecord};
 
 /// Starts queued tasks; cheap to clone.
@@ -62,10 +62,17 @@ pub(super) struct Intake {
     timeout: Duration,
     /// Tasks whose intake runs in this process.
     running: Arc<Mutex<HashSet<String>>>,
+    /// Tasks held (running or waiting) beyond which retryable submissions are refused.
+    backlog: usize,
+    /// When the most recent intakes ended, for how long a refused submitter should wait.
+    pace: Arc<Mutex<VecDeque<std::time::Instant>>>,
     background: TaskTracker,
     /// Cancelled when the scheduler stops: intakes in flight give their tasks back.
     stop: CancellationToken,
 }
+
+/// How many recent intake ends the pace is measured over.
+const PACE_WINDOW: usize = 256;
 
 /// Where an intake is, for the reason given when its time runs out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,6 +226,8 @@ impl Intake {
             concurrency,
             timeout: settings.intake_timeout,
             running: Arc::new(Mutex::new(HashSet::new())),
+            backlog: settings.intake_backlog.max(1),
+            pace: Arc::new(Mutex::new(VecDeque::with_capacity(PACE_WINDOW))),
             background: background.clone(),
             stop: stop.clone(),
         }
@@ -252,7 +261,63 @@ impl Intake {
         self.background.spawn(async move {
             this.start(&guard.id).await;
             drop(guard);
+            this.ended_one();
         });
+    }
+
+    /// Whether a submission that can be made again may be admitted: refused as busy while this
+    /// replica holds `intake_backlog` tasks for intake, with the wait the recent pace needs to
+    /// make room for a sixteenth of the backlog. A soft bound: submissions checked at the same
+    /// moment may all pass.
+    pub fn check_backlog(&self) -> Result<(), ServiceError> {
+        let held = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        if held < self.backlog {
+            return Ok(());
+        }
+        let room = (self.backlog / 16).max(1) + held - self.backlog;
+        let retry_after_secs = self.seconds_to_finish(room);
+        Err(ServiceError::Busy {
+            reason: format!(
+                "the scheduler is busy: {held} tasks are waiting for intake here (scheduler.intake_backlog = {}); nothing was created, submit again in {retry_after_secs} s (Retry-After), or add scheduler replicas or raise scheduler.intake_concurrency",
+                self.backlog
+            ),
+            retry_after_secs,
+        })
+    }
+
+    /// Seconds for `count` intakes to end at the pace of the last ones, 1 to 60; 5 when too
+    /// few ended recently to tell.
+    fn seconds_to_finish(&self, count: usize) -> u64 {
+        let pace = self.pace.lock().unwrap_or_else(PoisonError::into_inner);
+        let (Some(first), Some(last)) = (pace.front(), pace.back()) else {
+            return 5;
+        };
+        let span = last.duration_since(*first).as_secs_f64();
+        if pace.len() < 2 || span <= 0.0 {
+            return 5;
+        }
+        let per_second = (pace.len() - 1) as f64 / span;
+        let seconds = (count as f64 / per_second).ceil();
+        if seconds.is_finite() {
+            // Clamped to 1–60, so the conversion cannot truncate.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let whole = seconds.clamp(1.0, 60.0) as u64;
+            whole
+        } else {
+            60
+        }
+    }
+
+    fn ended_one(&self) {
+        let mut pace = self.pace.lock().unwrap_or_else(PoisonError::into_inner);
+        if pace.len() == PACE_WINDOW {
+            pace.pop_front();
+        }
+        pace.push_back(std::time::Instant::now());
     }
 
     /// Whether task `id`'s intake runs in this process.

@@ -149,6 +149,9 @@ pub struct SchedulerSettings {
     pub code_host: Option<CodeHostSettings>,
     /// Intakes running at once; more wait for a slot.
     pub intake_concurrency: usize,
+    /// Tasks this replica holds for intake (running or waiting for a slot) beyond which a
+    /// submission whose sender can retry is refused as busy (429 with `Retry-After`).
+    pub intake_backlog: usize,
     /// How long an intake owns its task, waiting for a slot included: it ends the task by then,
     /// and only an older intake is taken over by the sweeper.
     pub intake_timeout: Duration,

@@ -569,6 +569,7 @@ mod tests {
             reviewers: Some(16),
             idempotency_key: None,
             organisation: None,
+            past_backlog: false,
         };
         let task = defaults().review(s, NOW).unwrap();
         assert_eq!(task.pipeline, PipelineKind::Single);

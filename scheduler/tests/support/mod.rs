@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::clock::SystemClock;
-use verdict_backends::repo::MemoryRepositorySource;
+use verdict_backends::repo::{MemoryRepositorySource, RepositorySource};
 use verdict_backends::store::memory::MemoryStore;
 use verdict_scheduler::engine::{
     AllowlistRules, RepositoryAllowlist, Scheduler, SchedulerDeps, SchedulerSettings,
@@ -18,6 +18,7 @@ use verdict_scheduler::pipeline::PipelineSettings;
 /// A scheduler on in-memory backends reading `repositories` (one reviewer, no triage, no code
 /// host, a sweeper that never runs during a test, repositories on `git.example.com` and
 /// `github.com` allowed), and the registry its metrics are in.
+#[allow(dead_code)] // not every test crate using this module reads a memory source
 pub fn memory_scheduler(
     repositories: Arc<MemoryRepositorySource>,
 ) -> (Arc<Scheduler>, prometheus::Registry) {
@@ -29,6 +30,16 @@ pub fn memory_scheduler(
 pub fn memory_scheduler_with(
     repositories: Arc<MemoryRepositorySource>,
     publisher: Option<Arc<dyn verdict_backends::publish::Publisher>>,
+) -> (Arc<Scheduler>, prometheus::Registry) {
+    memory_scheduler_on(repositories, publisher, |_| {})
+}
+
+/// [`memory_scheduler_with`] over any repository source, with `tweak` applied to the settings.
+#[allow(dead_code)] // not every test crate using this module needs another source
+pub fn memory_scheduler_on(
+    repositories: Arc<dyn RepositorySource>,
+    publisher: Option<Arc<dyn verdict_backends::publish::Publisher>>,
+    tweak: impl FnOnce(&mut SchedulerSettings),
 ) -> (Arc<Scheduler>, prometheus::Registry) {
     let store = Arc::new(MemoryStore::new());
     let registry = prometheus::Registry::new();
@@ -46,7 +57,7 @@ pub fn memory_scheduler_with(
         clock: Arc::new(SystemClock),
         metrics: SchedulerMetrics::register(&registry).expect("metrics register once"),
     };
-    let settings = SchedulerSettings {
+    let mut settings = SchedulerSettings {
         pipeline: PipelineSettings {
             triage: false,
             reviewers: 1,
@@ -66,6 +77,7 @@ pub fn memory_scheduler_with(
         recover_after: Duration::from_secs(3600),
         code_host: None,
         intake_concurrency: 8,
+        intake_backlog: 4096,
         intake_timeout: Duration::from_secs(600),
         repositories: RepositoryAllowlist::new(&AllowlistRules {
             hosts: vec!["git.example.com".to_owned(), "github.com".to_owned()],
@@ -74,5 +86,6 @@ pub fn memory_scheduler_with(
         .expect("the hosts are valid"),
         budgets: Default::default(),
     };
+    tweak(&mut settings);
     (Arc::new(Scheduler::new(deps, settings)), registry)
 }
