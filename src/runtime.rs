@@ -156,6 +156,7 @@ impl Assembly {
                 clock: b.clock.clone(),
                 metrics: self.scheduler_metrics()?,
                 budgets: store.clone(),
+                liveness: store.clone(),
             },
             scheduler_settings(&self.config),
         ))
@@ -269,6 +270,7 @@ fn scheduler_settings(config: &Config) -> SchedulerSettings {
         intake_timeout: config.scheduler.intake_timeout,
         repositories: config.repositories.allowlist.clone(),
         budgets: config.budgets.clone(),
+        replica_lease: config.scheduler.replica_lease,
         code_host: config.github.as_ref().map(|g| CodeHostSettings {
             web_host: g.web_host.clone(),
             publish: PublishSettings {

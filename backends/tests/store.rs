@@ -23,8 +23,8 @@ use verdict_backends::store::memory::MemoryStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_backends::store::{
     Account, BudgetLedger, CachedAnswer, CancelSignals, Claim, DocumentStore, EventLog, EventSink,
-    InputError, InputStore, Reservation, ResponseCache, ResponseJournal, ResultStore, StageState,
-    Standing, StoreError, TranscriptStore, content_hash, event, resolve,
+    InputError, InputStore, Liveness, Reservation, ResponseCache, ResponseJournal, ResultStore,
+    StageState, Standing, StoreError, TranscriptStore, content_hash, event, resolve,
 };
 use verdict_proto::budget::{Amount, Limit};
 use verdict_proto::chat::{ChatResponse, FinishReason, TokenUsage};
@@ -847,6 +847,50 @@ async fn memory_executor_stores() {
     check_journal(&store).await;
     check_response_cache(&store).await;
     check_transcripts(&store, async |task: &str| store.transcripts_of(task)).await;
+}
+
+/// Heartbeat leases: alive while beaten, a lapsed or left lease is nobody's, holders apart.
+async fn check_liveness(leases: Arc<dyn Liveness>) {
+    assert!(!leases.alive("replica-a").await.unwrap());
+    leases
+        .beat("replica-a", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(leases.alive("replica-a").await.unwrap());
+    assert!(!leases.alive("replica-b").await.unwrap(), "holders apart");
+    leases.leave("replica-a").await.unwrap();
+    assert!(!leases.alive("replica-a").await.unwrap(), "left");
+
+    // Beats stop: the lease lapses by itself.
+    leases
+        .beat("replica-b", Duration::from_millis(150))
+        .await
+        .unwrap();
+    assert!(leases.alive("replica-b").await.unwrap());
+    eventually("the lease to lapse", || {
+        let leases = leases.clone();
+        async move { !leases.alive("replica-b").await.unwrap() }
+    })
+    .await;
+    // A later beat brings it back.
+    leases
+        .beat("replica-b", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(leases.alive("replica-b").await.unwrap());
+}
+
+#[tokio::test]
+async fn memory_liveness() {
+    check_liveness(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn redis_liveness() {
+    let f = RedisFixture::new().await;
+    check_liveness(Arc::new(f.store.clone())).await;
+    let ttl = f.pttl("alive:replica-b").await;
+    assert!(ttl > 0, "a lease expires, TTL {ttl}");
 }
 
 #[tokio::test]

@@ -168,6 +168,11 @@ pub struct TaskRecord {
     /// replica's to take over. `None`: no intake owns it (given back by a stopping replica).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intake_started_unix_ms: Option<u64>,
+    /// The scheduler replica whose intake owns this queued task: while that replica's heartbeat
+    /// lease runs, no other replica takes the intake over, however slow it is. `None` on records
+    /// written before replicas beat (their intakes are judged by age alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intake_owner: Option<String>,
     #[serde(default)]
     pub started_unix_ms: Option<u64>,
     #[serde(default)]

@@ -73,6 +73,8 @@ pub(super) const RECOVER_AFTER_SECONDS: i64 = 300;
 pub(super) const INTAKE_CONCURRENCY: i64 = 8;
 /// Minutes of work at a few hundred intakes a second, and a bounded amount of memory.
 pub(super) const INTAKE_BACKLOG: i64 = 4096;
+/// A replica gone this long has its intakes taken over; it beats every third of it.
+pub(super) const REPLICA_LEASE_SECONDS: i64 = 15;
 pub(super) const MAX_INTAKE_BACKLOG: i64 = 1_000_000;
 /// Longer than one fetch may take, so git's own limit (which names the repository) comes first.
 pub(super) const INTAKE_TIMEOUT_SECONDS: i64 = 900;

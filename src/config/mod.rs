@@ -244,6 +244,9 @@ pub struct SchedulerConfig {
     /// Tasks one replica holds for intake (running or waiting for a slot) beyond which API
     /// submissions are answered 429 with `Retry-After`.
     pub intake_backlog: usize,
+    /// How long a replica's heartbeat proves it alive: its intakes are taken over by another
+    /// replica only once it has lapsed.
+    pub replica_lease: Duration,
     /// How long an intake may take, waiting for a slot included, before its task ends
     /// `incomplete`; only an intake older than this is taken over by another replica.
     pub intake_timeout: Duration,

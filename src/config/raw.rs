@@ -153,6 +153,7 @@ table! {
         recover_after_seconds: Int,
         intake_concurrency: Int,
         intake_backlog: Int,
+        replica_lease_seconds: Int,
         intake_timeout_seconds: Int,
         queue_stats_interval_seconds: Int,
     }

@@ -87,6 +87,7 @@ fn defaults() {
     assert_eq!(c.scheduler.stall_after, Duration::from_secs(30));
     assert_eq!(c.scheduler.intake_concurrency, 8);
     assert_eq!(c.scheduler.intake_backlog, 4096);
+    assert_eq!(c.scheduler.replica_lease, Duration::from_secs(15));
     assert_eq!(c.scheduler.intake_timeout, Duration::from_secs(900));
     assert_eq!(c.repositories.fetch_timeout, Duration::from_secs(600));
     assert_eq!(c.repositories.local_timeout, Duration::from_secs(300));

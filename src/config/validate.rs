@@ -934,6 +934,12 @@ fn scheduler(
             1,
             Some(d::MAX_INTAKE_BACKLOG),
         )?,
+        replica_lease: ctx.seconds(
+            "scheduler.replica_lease_seconds",
+            raw.replica_lease_seconds,
+            d::REPLICA_LEASE_SECONDS,
+            3,
+        )?,
         intake_timeout,
     })
 }

@@ -2,7 +2,7 @@
 //! [`super::redis::RedisStore`]: the same semantics (claims that expire, first result wins,
 //! ordered replayable streams that wake followers, cancellation notices, compare-and-set
 //! documents, content-addressed inputs, the response journal, the response cache, transcripts,
-//! the budget ledger), with time taken from
+//! the budget ledger, heartbeat leases), with time taken from
 //! tokio so virtual-time tests can expire claims without waiting.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -19,9 +19,9 @@ use verdict_proto::budget::{Amount, Limit};
 
 use super::{
     Account, BudgetLedger, CacheError, CachedAnswer, CancelSignals, Claim, DocumentStore, EventLog,
-    EventSink, InputError, InputStore, JournalError, Reservation, ResponseCache, ResponseJournal,
-    ResultStore, StageState, Standing, StoreError, StoredEvent, TranscriptError, TranscriptStore,
-    Versioned, content_hash,
+    EventSink, InputError, InputStore, JournalError, Liveness, Reservation, ResponseCache,
+    ResponseJournal, ResultStore, StageState, Standing, StoreError, StoredEvent, TranscriptError,
+    TranscriptStore, Versioned, content_hash,
 };
 use crate::BoxFuture;
 
@@ -54,6 +54,8 @@ struct State {
     /// In the order they were first stored; one per task, stage and attempt.
     transcripts: Vec<Transcript>,
     budgets: HashMap<Account, Ledger>,
+    /// Heartbeat leases: when each holder's lapses.
+    leases: HashMap<String, Instant>,
 }
 
 /// One budget account: the aggregate, and each holder's hold (`None` once settled).
@@ -545,6 +547,33 @@ impl BudgetLedger for MemoryStore {
             .map(|l| l.standing)
             .unwrap_or_default();
         Box::pin(async move { Ok(standing) })
+    }
+}
+
+impl Liveness for MemoryStore {
+    fn beat<'a>(
+        &'a self,
+        holder: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.state()
+            .leases
+            .insert(holder.to_owned(), Instant::now() + lease);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn alive<'a>(&'a self, holder: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let alive = self
+            .state()
+            .leases
+            .get(holder)
+            .is_some_and(|lapses| *lapses > Instant::now());
+        Box::pin(async move { Ok(alive) })
+    }
+
+    fn leave<'a>(&'a self, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.state().leases.remove(holder);
+        Box::pin(async { Ok(()) })
     }
 }
 

@@ -16,6 +16,7 @@ mod cache;
 mod events;
 mod inputs;
 mod journal;
+mod liveness;
 pub mod memory;
 pub mod redis;
 mod transcripts;
@@ -25,6 +26,7 @@ pub use cache::{CacheError, CachedAnswer, ResponseCache};
 pub use events::{EventSink, event};
 pub use inputs::{InputError, InputStore, ResolvedInput, content_hash, resolve};
 pub use journal::{JournalError, ResponseJournal};
+pub use liveness::Liveness;
 pub use transcripts::{TranscriptError, TranscriptStore};
 use transcripts::{reading_order, same_attempt};
 
@@ -212,6 +214,7 @@ pub trait StateStore:
     + ResponseCache
     + TranscriptStore
     + BudgetLedger
+    + Liveness
 {
 }
 
@@ -225,5 +228,6 @@ impl<T> StateStore for T where
         + ResponseCache
         + TranscriptStore
         + BudgetLedger
+        + Liveness
 {
 }

@@ -101,6 +101,7 @@ impl Fixture {
             clock: Arc::new(TokioClock::new()),
             metrics,
             budgets: store.clone(),
+            liveness: store.clone(),
         };
         let settings = SchedulerSettings {
             pipeline: PipelineSettings {
@@ -131,6 +132,7 @@ impl Fixture {
             })
             .unwrap(),
             budgets: Default::default(),
+            replica_lease: Duration::from_secs(15),
         };
         let background = TaskTracker::new();
         let stop = CancellationToken::new();

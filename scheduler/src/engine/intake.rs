@@ -10,10 +10,11 @@
 //! Intakes never run in the scheduler's loops (issue 8): [`Intake::spawn`] runs each in the
 //! background, at most `scheduler.intake_concurrency` at once (the rest wait for a slot), and
 //! only once per task in this process. An intake owns its task from the time stamped on the
-//! record (`intake_started_unix_ms`, written at submission or by the sweeper's compare-and-set
-//! takeover) until that time plus `scheduler.intake_timeout_seconds`, waiting for a slot
-//! included: it ends the task by then, so the sweeper takes over only intakes older than that,
-//! the ones a crashed replica left. A stopping scheduler gives its intakes in flight back.
+//! record (`intake_started_unix_ms` and `intake_owner`, written at submission or by the
+//! sweeper's compare-and-set takeover) until that time plus `scheduler.intake_timeout_seconds`,
+//! waiting for a slot included: it ends the task by then. Another replica takes an intake over
+//! only when its owner's heartbeat lease has lapsed (the owner is gone), or when it is older than
+//! its deadline; never because it is slow. A stopping scheduler gives its intakes in flight back.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +65,8 @@ pub(super) struct Intake {
     running: Arc<Mutex<HashSet<String>>>,
     /// Tasks held (running or waiting) beyond which retryable submissions are refused.
     backlog: usize,
+    /// This scheduler replica, as intake owners name it.
+    replica: Arc<str>,
     /// When the most recent intakes ended, for how long a refused submitter should wait.
     pace: Arc<Mutex<VecDeque<std::time::Instant>>>,
     background: TaskTracker,
@@ -227,6 +230,9 @@ impl Intake {
             timeout: settings.intake_timeout,
             running: Arc::new(Mutex::new(HashSet::new())),
             backlog: settings.intake_backlog.max(1),
+            // Fresh per process: a restarted replica is a new owner, and the intakes its
+            // previous life owned are taken over once that life's lease lapses.
+            replica: format!("scheduler-{}", super::submission::new_id()).into(),
             pace: Arc::new(Mutex::new(VecDeque::with_capacity(PACE_WINDOW))),
             background: background.clone(),
             stop: stop.clone(),
@@ -237,6 +243,11 @@ impl Intake {
     /// (`engine::batches`): listing an organisation is intake work too.
     pub fn pool(&self) -> (Arc<Semaphore>, Duration) {
         (self.slots.clone(), self.timeout)
+    }
+
+    /// This replica's name on the intakes it owns and on its heartbeat.
+    pub fn replica(&self) -> Arc<str> {
+        self.replica.clone()
     }
 
     /// How long an intake owns its task, in milliseconds.
@@ -345,6 +356,7 @@ impl Intake {
                 taken.store(take, Ordering::Relaxed);
                 if take {
                     t.intake_started_unix_ms = Some(now);
+                    t.intake_owner = Some(self.replica.to_string());
                 }
                 Effects::default()
             })
@@ -478,6 +490,7 @@ impl Intake {
             .update(id, |t| {
                 if t.state == TaskState::Queued && t.intake_started_unix_ms == stamp {
                     t.intake_started_unix_ms = None;
+                    t.intake_owner = None;
                 }
                 Effects::default()
             })

@@ -51,7 +51,8 @@ use verdict_backends::clock::Clock;
 use verdict_backends::publish::Publisher;
 use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::{
-    BudgetLedger, CancelSignals, DocumentStore, EventLog, InputStore, ResultStore, StoreError,
+    BudgetLedger, CancelSignals, DocumentStore, EventLog, InputStore, Liveness, ResultStore,
+    StoreError,
 };
 use verdict_proto::Language;
 
@@ -121,6 +122,9 @@ pub struct SchedulerDeps {
     pub metrics: SchedulerMetrics,
     /// Where budgets are counted (SPEC X5).
     pub budgets: Arc<dyn BudgetLedger>,
+    /// Heartbeat leases: which replicas are alive, so only a gone replica's intakes are taken
+    /// over.
+    pub liveness: Arc<dyn Liveness>,
 }
 
 /// What the scheduler decides with.
@@ -159,6 +163,8 @@ pub struct SchedulerSettings {
     pub repositories: RepositoryAllowlist,
     /// Per-organisation budgets and how estimates are made (SPEC X5).
     pub budgets: crate::budget::BudgetSettings,
+    /// How long a replica's heartbeat proves it alive; it beats three times per lease.
+    pub replica_lease: Duration,
 }
 
 /// What the scheduler knows of the configured code host (GitHub or GitHub Enterprise).
@@ -185,6 +191,7 @@ struct Inner {
     dead_letters: DeadLetters,
     sweeper: Sweeper,
     batches: Batches,
+    heartbeat: Heartbeat,
     broker: Arc<dyn Broker>,
     sweep_interval: Duration,
     queue_stats_interval: Duration,
@@ -273,6 +280,11 @@ impl Scheduler {
                     &background,
                     &stop,
                 ),
+                heartbeat: Heartbeat {
+                    liveness: deps.liveness.clone(),
+                    replica: parts.intake.replica(),
+                    lease: settings.replica_lease,
+                },
                 broker: deps.broker,
                 sweep_interval: settings.sweep_interval,
                 queue_stats_interval: settings.queue_stats_interval,
@@ -297,6 +309,11 @@ impl Scheduler {
             .broker
             .consume(Route::DeadLetters, DEAD_LETTERS_PREFETCH)
             .await?;
+        // Alive before anything is swept, then every third of the lease.
+        inner.heartbeat.beat().await;
+        inner
+            .background
+            .spawn(inner.heartbeat.clone().run(inner.stop.clone()));
         inner.background.spawn(sweep_loop(
             inner.sweeper.clone(),
             inner.sweep_interval,
@@ -335,11 +352,18 @@ impl Scheduler {
         inner.stop.cancel();
         inner.background.close();
         inner.background.wait().await;
+        // Everything given back: no other replica needs to wait for the lease to lapse.
+        inner.heartbeat.leave().await;
         Ok(())
     }
 
     fn service(&self) -> &Service {
         &self.inner.service
+    }
+
+    /// This replica's name, as its heartbeat and the intakes it owns carry it.
+    pub fn replica(&self) -> Arc<str> {
+        self.inner.heartbeat.replica.clone()
     }
 
     fn batches(&self) -> &Batches {
@@ -364,6 +388,54 @@ async fn batch_loop(scheduler: Scheduler, interval: Duration, stop: Cancellation
 
 /// The sweeper's own loop: a pass every `interval`, never two at once, until `stop`. A pass that
 /// has begun runs to its end, so it never leaves a takeover half done.
+/// This replica's heartbeat: its lease renewed every third of its length, so a missed beat or
+/// two (a slow Redis) does not make it look gone.
+#[derive(Debug, Clone)]
+struct Heartbeat {
+    liveness: Arc<dyn Liveness>,
+    replica: Arc<str>,
+    lease: Duration,
+}
+
+/// The longest one beat may take: within a third of any sensible lease.
+const BEAT_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Heartbeat {
+    async fn beat(&self) {
+        match tokio::time::timeout(BEAT_TIMEOUT, self.liveness.beat(&self.replica, self.lease))
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, replica = %self.replica, "heartbeat not recorded; another replica may take this one's intakes over when its lease lapses");
+            }
+            Err(_) => {
+                tracing::warn!(replica = %self.replica, "heartbeat timed out; another replica may take this one's intakes over when its lease lapses");
+            }
+        }
+    }
+
+    async fn run(self, stop: CancellationToken) {
+        let mut ticks = tokio::time::interval(self.lease / 3);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                _ = ticks.tick() => {}
+            }
+            self.beat().await;
+        }
+    }
+
+    async fn leave(&self) {
+        let left = tokio::time::timeout(BEAT_TIMEOUT, self.liveness.leave(&self.replica)).await;
+        if !matches!(left, Ok(Ok(()))) {
+            tracing::debug!(replica = %self.replica, "lease not ended; it lapses by itself");
+        }
+    }
+}
+
 async fn sweep_loop(sweeper: Sweeper, interval: Duration, stop: CancellationToken) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -401,7 +473,7 @@ mod tests {
 
     use super::*;
     use crate::document::{TaskDocument, TaskState};
-    use crate::engine::fixture::{Fixture, INTAKE_TIMEOUT, REPO};
+    use crate::engine::fixture::{Fixture, INTAKE_TIMEOUT, REPO, STALL_AFTER};
     use crate::service::{ScanSubmission, SubmissionOptions, TaskService};
 
     /// A repository that accepts the request and never answers.
@@ -481,6 +553,8 @@ mod tests {
 
     struct Rig {
         fx: Fixture,
+        deps: SchedulerDeps,
+        settings: SchedulerSettings,
         hanging: Arc<Hanging>,
         scheduler: Scheduler,
         shutdown: CancellationToken,
@@ -502,7 +576,7 @@ mod tests {
         settings.intake_concurrency = intake_concurrency;
         settings.repositories =
             crate::engine::RepositoryAllowlist::hosts(&["example.test", "hang.example.test"]);
-        let scheduler = Scheduler::new(deps, settings);
+        let scheduler = Scheduler::new(deps.clone(), settings.clone());
         let shutdown = CancellationToken::new();
         let running = tokio::spawn({
             let (scheduler, shutdown) = (scheduler.clone(), shutdown.clone());
@@ -510,6 +584,8 @@ mod tests {
         });
         Rig {
             fx,
+            deps,
+            settings,
             hanging,
             scheduler,
             shutdown,
@@ -623,6 +699,64 @@ mod tests {
             1,
             "the hanging work was given up, not left running"
         );
+        rig.shutdown.cancel();
+        rig.running.await.unwrap().unwrap();
+    }
+
+    /// Issue 11, item 3: ownership, not age. A second replica sweeps beside the owner of an
+    /// intake that never ends; while the owner beats, the intake runs once, however long it takes.
+    /// A replica that stops beating (it never ran: gone before its first beat) has its intake
+    /// taken over as soon as its stamp is older than `stall_after`, long before the deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_intake_runs_once_while_its_owner_beats_and_a_gone_owners_is_taken_over() {
+        let rig = rig(8);
+        let other = Scheduler::new(rig.deps.clone(), rig.settings.clone());
+        let other_stop = CancellationToken::new();
+        let other_running = tokio::spawn({
+            let (other, stop) = (other.clone(), other_stop.clone());
+            async move { other.run(stop).await }
+        });
+
+        let slow = rig.scheduler.submit_scan(scan(HANG)).await.unwrap().id;
+        // Twelve sweeps of each replica, four times `stall_after`, a third of the deadline.
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert_eq!(
+            rig.hanging.calls.load(Ordering::SeqCst),
+            1,
+            "a live owner's intake is not started again"
+        );
+        let task = rig.fx.load(&slow).await;
+        assert_eq!(
+            task.intake_owner.as_deref(),
+            Some(&*rig.scheduler.replica())
+        );
+        assert_eq!(task.intake_started_unix_ms, Some(task.created_unix_ms));
+
+        let gone = Scheduler::new(rig.deps.clone(), rig.settings.clone());
+        let orphan = gone.submit_scan(scan(HANG)).await.unwrap().id;
+        tokio::time::sleep(STALL_AFTER + Duration::from_secs(25)).await;
+        let task = rig.fx.load(&orphan).await;
+        let taker = task.intake_owner.clone().unwrap();
+        assert_ne!(taker, &*gone.replica(), "taken over from the gone replica");
+        assert!(
+            [rig.scheduler.replica(), other.replica()]
+                .iter()
+                .any(|r| **r == *taker),
+            "{taker}"
+        );
+        assert_eq!(
+            rig.hanging.calls.load(Ordering::SeqCst),
+            3,
+            "the slow intake once, the orphan's by its owner and once by the taker"
+        );
+        let still = rig.fx.load(&slow).await;
+        assert_eq!(
+            (still.intake_started_unix_ms, still.intake_owner.as_deref()),
+            (Some(still.created_unix_ms), Some(&*rig.scheduler.replica())),
+            "the slow intake is still its owner's"
+        );
+        other_stop.cancel();
+        other_running.await.unwrap().unwrap();
         rig.shutdown.cancel();
         rig.running.await.unwrap().unwrap();
     }

@@ -348,6 +348,7 @@ impl TaskDefaults {
             coverage: Default::default(),
             created_unix_ms: now,
             intake_started_unix_ms: None,
+            intake_owner: None,
             started_unix_ms: None,
             finished_unix_ms: None,
             deadline_unix_ms: now

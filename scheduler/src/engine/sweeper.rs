@@ -8,12 +8,13 @@
 //! a compare-and-set or a publish: intakes and publications run in the background, so a slow
 //! repository or code host cannot hold up a pass, let alone the results loop (issue 8).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{IntCounterVec, IntGauge};
 use verdict_backends::clock::Clock;
-use verdict_backends::store::{ResultStore, StageState};
+use verdict_backends::store::{Liveness, ResultStore, StageState};
 
 use super::budgets::Budgets;
 use super::intake::Intake;
@@ -57,22 +58,33 @@ pub(super) struct Limits {
 }
 
 /// Whether queued `task`'s intake is nobody's at `now`: given back or never stamped and older
-/// than `stall_after`, or stamped longer ago than its owner's deadline plus `stall_after` (the
-/// owner records its timeout at the deadline; a live one is never taken over for being slow).
-pub(super) fn intake_abandoned(task: &TaskRecord, now: u64, limits: &Limits) -> bool {
+/// than `stall_after`; stamped by an owner whose heartbeat lease has lapsed (`owner_alive`
+/// false) more than `stall_after` ago; or stamped longer ago than its owner's deadline plus
+/// `stall_after` (the owner records its timeout at the deadline). An intake whose owner is alive
+/// is never taken over for being slow.
+pub(super) fn intake_abandoned(
+    task: &TaskRecord,
+    now: u64,
+    limits: &Limits,
+    owner_alive: bool,
+) -> bool {
     match task.intake_started_unix_ms {
         Some(started) => {
-            now.saturating_sub(started)
-                > limits
-                    .intake_timeout_ms
-                    .saturating_add(limits.stall_after_ms)
+            let age = now.saturating_sub(started);
+            let owner_gone = task.intake_owner.is_some() && !owner_alive;
+            (owner_gone && age > limits.stall_after_ms)
+                || age
+                    > limits
+                        .intake_timeout_ms
+                        .saturating_add(limits.stall_after_ms)
         }
         None => now.saturating_sub(task.created_unix_ms) > limits.stall_after_ms,
     }
 }
 
-/// The chore for `task` at `now`.
-pub(super) fn chore(task: &TaskRecord, now: u64, limits: &Limits) -> Chore {
+/// The chore for `task` at `now`; `owner_alive` says whether the replica owning its intake (if
+/// it is queued and owned) still beats.
+pub(super) fn chore(task: &TaskRecord, now: u64, limits: &Limits, owner_alive: bool) -> Chore {
     let stall_after_ms = limits.stall_after_ms;
     if task.state.is_terminal() {
         return match &task.publication {
@@ -90,7 +102,7 @@ pub(super) fn chore(task: &TaskRecord, now: u64, limits: &Limits) -> Chore {
         };
     }
     if task.state == TaskState::Queued {
-        return if intake_abandoned(task, now, limits) {
+        return if intake_abandoned(task, now, limits, owner_alive) {
             Chore::Restart
         } else {
             Chore::Nothing
@@ -135,6 +147,7 @@ pub(super) struct Sweeper {
     publication: Publication,
     budgets: Budgets,
     results: Arc<dyn ResultStore>,
+    liveness: Arc<dyn Liveness>,
     clock: Arc<dyn Clock>,
     limits: Limits,
     active: IntGauge,
@@ -151,6 +164,7 @@ impl Sweeper {
             publication: parts.publication.clone(),
             budgets: parts.budgets.clone(),
             results: deps.results.clone(),
+            liveness: deps.liveness.clone(),
             clock: deps.clock.clone(),
             limits: Limits {
                 stall_after_ms: millis(settings.stall_after),
@@ -174,11 +188,20 @@ impl Sweeper {
         self.active
             .set(i64::try_from(ids.len()).unwrap_or(i64::MAX));
         let now = self.clock.now_unix_ms();
+        let mut owners = HashMap::new();
         for id in ids {
             let Ok(task) = self.records.load(&id).await else {
                 continue;
             };
-            match chore(&task, now, &self.limits) {
+            let owner = task
+                .intake_owner
+                .clone()
+                .filter(|_| task.state == TaskState::Queued);
+            let owner_alive = match &owner {
+                Some(owner) => self.alive(owner, &mut owners).await,
+                None => true,
+            };
+            match chore(&task, now, &self.limits, owner_alive) {
                 Chore::Retire => {
                     if self.budgets.settle(&task).await {
                         let _ = self.records.retire(&id).await;
@@ -187,8 +210,13 @@ impl Sweeper {
                 Chore::Publish => self.publication.spawn(&id),
                 Chore::Restart => {
                     let limits = self.limits;
+                    // Judged again inside the compare-and-set: an owner other than the one
+                    // looked up (a replica that took it over meanwhile) counts as alive.
                     self.intake
-                        .take_over(&id, move |t, now| intake_abandoned(t, now, &limits))
+                        .take_over(&id, move |t, now| {
+                            let alive = owner_alive || t.intake_owner != owner;
+                            intake_abandoned(t, now, &limits, alive)
+                        })
                         .await;
                 }
                 Chore::Republish(stages) => self.transitions.dispatch(&id, &stages).await,
@@ -233,6 +261,25 @@ impl Sweeper {
                 .inc_by(u64::try_from(republished).unwrap_or(u64::MAX));
             tracing::warn!(task = %id, stages = ?lost, "stages published long ago had neither a result nor a worker; published again");
         }
+    }
+}
+
+impl Sweeper {
+    /// Whether replica `owner` still beats, asked once per pass; a lease that cannot be read
+    /// counts as alive, so an outage never makes two replicas run one intake.
+    async fn alive(&self, owner: &str, seen: &mut HashMap<String, bool>) -> bool {
+        if let Some(alive) = seen.get(owner) {
+            return *alive;
+        }
+        let alive = match self.liveness.alive(owner).await {
+            Ok(alive) => alive,
+            Err(e) => {
+                tracing::warn!(error = %e, replica = owner, "heartbeat lease not read; its intakes are left to it");
+                true
+            }
+        };
+        seen.insert(owner.to_owned(), alive);
+        alive
     }
 }
 
@@ -284,26 +331,32 @@ mod tests {
         // Never stamped (or given back): taken over after `stall_after`.
         let queued = fx.queued_scan().await;
         let created = queued.created_unix_ms;
-        assert_eq!(chore(&queued, created + STALL_MS, &LIMITS), Chore::Nothing);
         assert_eq!(
-            chore(&queued, created + STALL_MS + 1, &LIMITS),
+            chore(&queued, created + STALL_MS, &LIMITS, true),
+            Chore::Nothing
+        );
+        assert_eq!(
+            chore(&queued, created + STALL_MS + 1, &LIMITS, true),
             Chore::Restart
         );
 
         let task = running(&fx, 1_000).await;
-        assert_eq!(chore(&task, 1_000 + STALL_MS, &LIMITS), Chore::Nothing);
         assert_eq!(
-            chore(&task, 1_001 + STALL_MS, &LIMITS),
+            chore(&task, 1_000 + STALL_MS, &LIMITS, true),
+            Chore::Nothing
+        );
+        assert_eq!(
+            chore(&task, 1_001 + STALL_MS, &LIMITS, true),
             Chore::Republish(vec!["old-planned".to_owned()])
         );
         assert_eq!(
-            chore(&task, 1_002 + STALL_MS, &LIMITS),
+            chore(&task, 1_002 + STALL_MS, &LIMITS, true),
             Chore::Republish(vec!["old-planned".to_owned(), "new-planned".to_owned()])
         );
 
         let mut ended = task;
         pipeline::cancel(&mut ended, "cancelled on request", 2_000);
-        assert_eq!(chore(&ended, 2_000, &LIMITS), Chore::Retire);
+        assert_eq!(chore(&ended, 2_000, &LIMITS, true), Chore::Retire);
     }
 
     /// Issue 11's feedback loop: an intake that is merely slow (waiting for a slot, or for a
@@ -317,15 +370,39 @@ mod tests {
         queued.intake_started_unix_ms = Some(started);
         for waited in [STALL_MS + 1, 10 * STALL_MS, INTAKE_MS, INTAKE_MS + STALL_MS] {
             assert_eq!(
-                chore(&queued, started + waited, &LIMITS),
+                chore(&queued, started + waited, &LIMITS, true),
                 Chore::Nothing,
                 "after {waited} ms"
             );
         }
         assert_eq!(
-            chore(&queued, started + INTAKE_MS + STALL_MS + 1, &LIMITS),
+            chore(&queued, started + INTAKE_MS + STALL_MS + 1, &LIMITS, true),
             Chore::Restart
         );
+    }
+
+    /// With heartbeats, a gone owner's intake is taken over once its stamp is older than
+    /// `stall_after`, long before the deadline; a live owner's, never before the deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_gone_owners_intake_is_taken_over_early_and_a_live_ones_never() {
+        let fx = Fixture::new();
+        let mut queued = fx.queued_scan().await;
+        let started = queued.created_unix_ms;
+        queued.intake_started_unix_ms = Some(started);
+        queued.intake_owner = Some("scheduler-a".to_owned());
+        for (waited, alive, chore_then) in [
+            (STALL_MS, false, Chore::Nothing),
+            (STALL_MS + 1, false, Chore::Restart),
+            (STALL_MS + 1, true, Chore::Nothing),
+            (INTAKE_MS + STALL_MS, true, Chore::Nothing),
+            (INTAKE_MS + STALL_MS + 1, true, Chore::Restart),
+        ] {
+            assert_eq!(
+                chore(&queued, started + waited, &LIMITS, alive),
+                chore_then,
+                "after {waited} ms, owner alive: {alive}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

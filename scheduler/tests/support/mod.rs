@@ -50,7 +50,8 @@ pub fn memory_scheduler_on(
         cancels: store.clone(),
         inputs: store.clone(),
         results: store.clone(),
-        budgets: store,
+        budgets: store.clone(),
+        liveness: store,
         repositories,
         publisher,
         resolver: Arc::new(StaticResolver::new()),
@@ -85,6 +86,7 @@ pub fn memory_scheduler_on(
         })
         .expect("the hosts are valid"),
         budgets: Default::default(),
+        replica_lease: Duration::from_secs(15),
     };
     tweak(&mut settings);
     (Arc::new(Scheduler::new(deps, settings)), registry)

@@ -30,6 +30,7 @@
 //! | `P transcript:{task}:{stage}:{attempt}` | string: JSON `Transcript` | `transcript_ttl` |
 //! | `P transcripts:{task}` | set of transcript keys (the read-back index) | `transcript_ttl` |
 //! | `P budget:{organisation}:{period}` | hash: spent and held totals, `hold:{task}` per task | 35 days after the period |
+//! | `P alive:{holder}` | string `1`: a scheduler replica's heartbeat | its lease |
 //!
 //! Scripts touch several keys of one task, so the layout suits one Redis (or Sentinel), not
 //! Redis Cluster.
@@ -41,6 +42,7 @@ mod documents;
 mod events;
 mod inputs;
 mod journal;
+mod liveness;
 mod results;
 mod transcripts;
 

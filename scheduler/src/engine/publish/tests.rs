@@ -339,14 +339,14 @@ async fn a_host_that_is_down_is_retried_by_the_sweeper_after_a_backoff() {
         recover_after_ms: 600_000,
     };
     assert_eq!(
-        chore(&ended, fx.now(), stall),
+        chore(&ended, fx.now(), stall, true),
         Chore::Nothing,
         "not before its backoff"
     );
 
     tokio::time::advance(FIRST_BACKOFF.max(STALL_AFTER) + Duration::from_secs(1)).await;
     assert_eq!(
-        chore(&fx.load(&task.id).await, fx.now(), stall),
+        chore(&fx.load(&task.id).await, fx.now(), stall, true),
         Chore::Publish
     );
     fx.parts.publication.publish(&task.id).await;
@@ -455,7 +455,7 @@ async fn a_stopping_scheduler_gives_its_claim_back_and_posts_nothing() {
     };
     tokio::time::advance(STALL_AFTER + Duration::from_secs(1)).await;
     assert_eq!(
-        chore(&fx.load(&task.id).await, fx.now(), stall),
+        chore(&fx.load(&task.id).await, fx.now(), stall, true),
         Chore::Publish
     );
 }
