@@ -8,6 +8,7 @@
 //! ```text
 //! cargo bench --bench pool -- [--latency-ms 500] [--concurrency 64,256,512] [--workers 1,2,4]
 //!                             [--scaling-concurrency 256] [--out target/bench] [--celery]
+//!                             [--by-name]
 //! ```
 //!
 //! Per concurrency `C` (a fresh scheduler and worker each, `worker.concurrency = C`):
@@ -19,8 +20,13 @@
 //!   overhead is each task's end-to-end time (created to finished) minus `L`.
 //! - **worker alone**: the same number of reviews submitted with no worker running, every stage
 //!   waiting in the queue; then the worker starts and drains them.
+//! - **unsaturated**: on the same pool, reviews submitted one at a time at half the bound (at
+//!   most 64 a second) for 8 s, so overhead is the pool's own and not queueing behind others.
 //! - CPU time per stage of each process (`/proc/<pid>/stat`), and peak RSS (`VmHWM`) idle and
 //!   after the run.
+//!
+//! Reviews name their base and head by commit, as webhook deliveries and CI do; `--by-name`
+//! names the branches instead, which costs intake a fetch per generation of requests.
 //!
 //! Scaling: 1, 2, 4 worker processes of `--scaling-concurrency` each, worker alone.
 //!
@@ -67,6 +73,9 @@ struct Args {
     out: PathBuf,
     /// Run the Celery side too (`--celery`).
     celery: bool,
+    /// Name the reviews' base and head by branch (`--by-name`), costing a fetch per request
+    /// generation, instead of by commit as webhook deliveries and CI do.
+    by_name: bool,
 }
 
 impl Args {
@@ -79,6 +88,7 @@ impl Args {
             per_slot: 5,
             out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench"),
             celery: false,
+            by_name: false,
         };
         let list =
             |v: &str| -> Vec<usize> { v.split(',').map(|n| n.trim().parse().unwrap()).collect() };
@@ -96,6 +106,7 @@ impl Args {
                 "--per-slot" => args.per_slot = it.next().unwrap().parse().unwrap(),
                 "--out" => args.out = PathBuf::from(it.next().unwrap()),
                 "--celery" => args.celery = true,
+                "--by-name" => args.by_name = true,
                 // What `cargo bench` passes to every bench target.
                 "--bench" => {}
                 other => panic!("unknown argument {other}; see the header of benches/pool.rs"),
@@ -198,6 +209,8 @@ struct Pool {
     workers: Vec<Proc>,
     client: ApiClient,
     repo: String,
+    /// The base and head the reviews name.
+    revisions: (String, String),
 }
 
 impl Pool {
@@ -227,6 +240,7 @@ impl Pool {
             workers: Vec::new(),
             client,
             repo: env.repo.clone(),
+            revisions: env.revisions.clone(),
         };
         for _ in 0..workers {
             pool.add_worker();
@@ -241,8 +255,8 @@ impl Pool {
     fn submission(&self) -> ReviewSubmission {
         ReviewSubmission {
             repository: self.repo.clone(),
-            base: "main".into(),
-            head: "feature/coupons".into(),
+            base: self.revisions.0.clone(),
+            head: self.revisions.1.clone(),
             pipeline: Some("single".into()),
             title: Some("Add percentage coupons".into()),
             options: SubmissionOptions::default(),
@@ -264,6 +278,28 @@ impl Pool {
             }));
         }
         let mut ids = Vec::with_capacity(n);
+        for h in handles {
+            ids.push(h.await.unwrap());
+        }
+        ids
+    }
+
+    /// Submits reviews at `rate` a second for `duration`, each on its own schedule whether or
+    /// not earlier ones were answered (an open loop); their ids.
+    async fn open_loop(&self, rate: f64, duration: Duration) -> Vec<String> {
+        let client = Arc::new(self.client.clone());
+        let submission = Arc::new(self.submission());
+        let count = (rate * duration.as_secs_f64()).round() as usize;
+        let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+        let mut handles = Vec::with_capacity(count);
+        for _ in 0..count {
+            ticks.tick().await;
+            let (client, submission) = (client.clone(), submission.clone());
+            handles.push(tokio::spawn(async move {
+                client.submit_review(&submission).await.unwrap().id
+            }));
+        }
+        let mut ids = Vec::with_capacity(count);
         for h in handles {
             ids.push(h.await.unwrap());
         }
@@ -356,6 +392,8 @@ impl Pool {
 struct Env {
     llm: FakeProvider,
     repo: String,
+    /// What the reviews name as base and head: the branches, or their commits.
+    revisions: (String, String),
     dir: PathBuf,
     _tmp: tempfile::TempDir,
 }
@@ -467,6 +505,20 @@ async fn at_concurrency(env: &Env, args: &Args, c: usize) -> Value {
         })
         .collect();
     overhead.sort_by(f64::total_cmp);
+
+    // Unsaturated: the same pool, reviews submitted one by one at half its bound (at most 64
+    // a second), so each task's overhead is the pool's own, not time spent queued behind others.
+    let rate = (bound / 2.0).min(64.0);
+    let ids = pool.open_loop(rate, Duration::from_secs(8)).await;
+    let docs = pool.await_all(&ids, within).await;
+    let mut unsaturated: Vec<f64> = docs
+        .iter()
+        .filter_map(|d| {
+            let total = d.timings.finished_unix_ms? as f64 - d.timings.created_unix_ms as f64;
+            Some(total - l * 1000.0)
+        })
+        .collect();
+    unsaturated.sort_by(f64::total_cmp);
     pool.cleanup().await;
 
     // Worker alone: every stage queued before the worker starts.
@@ -498,6 +550,15 @@ async fn at_concurrency(env: &Env, args: &Args, c: usize) -> Value {
             "p50": percentile(&overhead, 50.0),
             "p95": percentile(&overhead, 95.0),
             "p99": percentile(&overhead, 99.0),
+        },
+        "unsaturated": {
+            "tasks_per_s": rate,
+            "tasks": unsaturated.len(),
+            "overhead_ms": {
+                "p50": percentile(&unsaturated, 50.0),
+                "p95": percentile(&unsaturated, 95.0),
+                "p99": percentile(&unsaturated, 99.0),
+            },
         },
         "cpu_ms_per_stage": {
             "scheduler": cpu.0.as_secs_f64() * 1000.0 / n as f64,
@@ -673,11 +734,11 @@ fn markdown(report: &Value) -> String {
         report["latency_ms"],
         report["command"].as_str().unwrap_or("")
     ));
-    md.push_str("| C | C/L (stages/s) | end to end, through the API | ratio | makespan ratio | worker alone | ratio | intake tasks/s | overhead p50 / p95 / p99 (ms) | CPU ms/stage scheduler / worker | RSS MiB worker idle / peak |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| C | C/L (stages/s) | end to end, through the API | ratio | makespan ratio | worker alone | ratio | intake tasks/s | overhead p50 / p95 / p99 (ms), saturated | overhead p50 / p95 / p99 (ms) at tasks/s, unsaturated | CPU ms/stage scheduler / worker | RSS MiB worker idle / peak |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in report["concurrency"].as_array().unwrap() {
         md.push_str(&format!(
-            "| {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {:.2} | {:.0} | {:.0} / {:.0} / {:.0} | {:.2} / {:.2} | {:.0} / {:.0} |\n",
+            "| {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {:.2} | {:.0} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} at {:.0} | {:.2} / {:.2} | {:.0} / {:.0} |\n",
             r["concurrency"],
             r["bound_stages_per_s"].as_f64().unwrap(),
             r["end_to_end_stages_per_s"].as_f64().unwrap(),
@@ -689,6 +750,10 @@ fn markdown(report: &Value) -> String {
             r["overhead_ms"]["p50"].as_f64().unwrap(),
             r["overhead_ms"]["p95"].as_f64().unwrap(),
             r["overhead_ms"]["p99"].as_f64().unwrap(),
+            r["unsaturated"]["overhead_ms"]["p50"].as_f64().unwrap(),
+            r["unsaturated"]["overhead_ms"]["p95"].as_f64().unwrap(),
+            r["unsaturated"]["overhead_ms"]["p99"].as_f64().unwrap(),
+            r["unsaturated"]["tasks_per_s"].as_f64().unwrap(),
             r["cpu_ms_per_stage"]["scheduler"].as_f64().unwrap(),
             r["cpu_ms_per_stage"]["worker"].as_f64().unwrap(),
             r["rss_mib"]["worker_idle"].as_f64().unwrap(),
@@ -760,9 +825,25 @@ fn main() {
             scenario::REVIEW,
             Script::always(Behaviour::text(scenario::REVIEW_OK).after(args.latency)),
         );
+        let commit = |name: &str| {
+            let out = Command::new("git")
+                .arg("-C")
+                .arg(&repo)
+                .args(["rev-parse", name])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git rev-parse {name}");
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        };
+        let revisions = if args.by_name {
+            ("main".to_owned(), "feature/coupons".to_owned())
+        } else {
+            (commit("main"), commit("feature/coupons"))
+        };
         let env = Env {
             llm,
             repo: repo.display().to_string(),
+            revisions,
             dir: tmp.path().to_path_buf(),
             _tmp: tmp,
         };
