@@ -393,16 +393,26 @@ impl Consumer {
         };
         // The lease is kept until the result is recorded (or the stage deferred).
         lease.stop.cancel();
-        self.give_slot_back(slot.as_ref()).await;
-        if let Err(e) = self
-            .inner
-            .results
-            .release(&task, &stage, &s.worker_id)
-            .await
-        {
-            tracing::debug!(error = %e, "claim not released; it expires on its own");
+        let release = async {
+            self.give_slot_back(slot.as_ref()).await;
+            if let Err(e) = self
+                .inner
+                .results
+                .release(&task, &stage, &s.worker_id)
+                .await
+            {
+                tracing::debug!(error = %e, "claim not released; it expires on its own");
+            }
+        };
+        if settle_as == Settle::Ack {
+            // Recorded or deferred: no copy of this delivery can come back, so the claim is
+            // released while the ack travels instead of one round trip before it.
+            tokio::join!(release, settle(delivery, settle_as));
+        } else {
+            // A requeued copy must find the claim already released, or it would be deferred.
+            release.await;
+            settle(delivery, settle_as).await;
         }
-        settle(delivery, settle_as).await;
     }
 
     /// Records the result (first write wins), then publishes the stored one. Only a recorded
