@@ -350,9 +350,10 @@ impl Consumer {
         let token = hard_stop.child_token();
         let run = self.track(&task, &token);
         let lease = self.renew_claim(&task, &stage, slot.clone(), token.clone());
-        let execution = self.inner.executor.execute(&request, &token).await;
+        let (execution, transcript) = self.inner.executor.execute_unstored(&request, &token).await;
         self.untrack(&task, run);
         if lease.lost.is_cancelled() {
+            transcript.store().await;
             // Another worker took the stage over (this one could not renew its lease in time):
             // it runs the stage from its own delivery, and whichever result is recorded first
             // wins. This delivery is a duplicate now.
@@ -383,13 +384,20 @@ impl Consumer {
         } else {
             "executed"
         });
+        // The transcript is stored while the outcome travels, and before the delivery is
+        // settled, so an acknowledged stage always has its transcript.
         let settle_as = if shutdown_cancelled {
             // Q4: not a task cancellation — give the stage back for another worker.
+            transcript.store().await;
             Settle::Requeue
         } else if let Some(delay) = requeue {
-            self.publish_later(&request, delay, true).await
+            tokio::join!(
+                self.publish_later(&request, delay, true),
+                transcript.store()
+            )
+            .0
         } else {
-            self.finish(&request, &execution.result).await
+            tokio::join!(self.finish(&request, &execution.result), transcript.store()).0
         };
         // The lease is kept until the result is recorded (or the stage deferred).
         lease.stop.cancel();

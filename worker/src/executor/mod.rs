@@ -168,6 +168,24 @@ pub struct Execution {
     pub requeue_after: Option<Duration>,
 }
 
+/// An attempt's transcript, redacted, not yet stored: the consumer stores it while the result
+/// is recorded and published, instead of one store round trip before them.
+#[derive(Debug)]
+#[must_use = "a transcript is stored only when `store` is awaited"]
+pub struct PendingTranscript {
+    store: Arc<dyn TranscriptStore>,
+    transcript: Transcript,
+}
+
+impl PendingTranscript {
+    /// Stores it; a failure is logged, never the stage's.
+    pub async fn store(self) {
+        if let Err(e) = self.store.put(self.transcript).await {
+            tracing::warn!(error = %e, "transcript not stored");
+        }
+    }
+}
+
 /// The `model` label of an attempt that ended before any provider call.
 const NO_MODEL: &str = crate::metrics::NO_MODEL;
 
@@ -190,6 +208,18 @@ impl StageExecutor {
     /// Runs one attempt of `request` to its classified outcome. Never panics and never returns
     /// an error: every failure is an outcome. `cancel` aborts in-flight calls promptly.
     pub async fn execute(&self, request: &StageRequest, cancel: &CancellationToken) -> Execution {
+        let (execution, transcript) = self.execute_unstored(request, cancel).await;
+        transcript.store().await;
+        execution
+    }
+
+    /// [`Self::execute`], with the attempt's transcript handed back to be stored by the caller
+    /// (before it acknowledges the delivery).
+    pub async fn execute_unstored(
+        &self,
+        request: &StageRequest,
+        cancel: &CancellationToken,
+    ) -> (Execution, PendingTranscript) {
         let span = tracing::info_span!(
             "stage",
             task_id = %request.task_id,
@@ -206,7 +236,7 @@ impl StageExecutor {
         &self,
         request: &StageRequest,
         cancel: &CancellationToken,
-    ) -> Execution {
+    ) -> (Execution, PendingTranscript) {
         let metrics = &self.deps.metrics;
         let stage = request.stage.as_str();
         let started_unix_ms = self.deps.clock.now_unix_ms();
@@ -264,11 +294,12 @@ impl StageExecutor {
             output_tokens: usage.output_tokens,
         };
         transcript.outcome = Some(outcome.clone());
-        if let Err(e) = self.deps.transcripts.put(transcript.redacted()).await {
-            tracing::warn!(error = %e, "transcript not stored");
-        }
+        let pending = PendingTranscript {
+            store: self.deps.transcripts.clone(),
+            transcript: transcript.redacted(),
+        };
 
-        Execution {
+        let execution = Execution {
             result: StageResult {
                 version: WIRE_VERSION,
                 task_id: request.task_id.clone(),
@@ -282,7 +313,8 @@ impl StageExecutor {
                 model,
             },
             requeue_after,
-        }
+        };
+        (execution, pending)
     }
 
     /// Everything between "request received" and "outcome known".
