@@ -95,6 +95,7 @@ fn task(pipeline: PipelineKind, triage: bool, reviewers: u8) -> TaskRecord {
         coverage: Default::default(),
         created_unix_ms: 0,
         intake_started_unix_ms: None,
+        intake_owner: None,
         started_unix_ms: None,
         finished_unix_ms: None,
         deadline_unix_ms: 600_000,

@@ -177,6 +177,7 @@ fn scan_task(shards: Vec<scan_shards::ScanShard>, commit: &str) -> TaskRecord {
         coverage: Default::default(),
         created_unix_ms: 0,
         intake_started_unix_ms: None,
+        intake_owner: None,
         started_unix_ms: None,
         finished_unix_ms: None,
         deadline_unix_ms: 600_000,
