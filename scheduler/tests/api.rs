@@ -569,13 +569,11 @@ async fn a_busy_scheduler_answers_429_with_retry_after_and_the_client_submits_ag
     let review: ReviewSubmission = serde_json::from_str(REVIEW).unwrap();
     let submitted = srv.client().submit_review(&review).await.unwrap();
     assert!(!submitted.id.is_empty());
-    let s = srv.fake.state.lock().unwrap();
-    assert_eq!(
-        (s.busy, s.submissions.len()),
-        (0, 1),
-        "three refusals, then one task"
-    );
-    drop(s);
+    let (busy, submissions) = {
+        let s = srv.fake.state.lock().unwrap();
+        (s.busy, s.submissions.len())
+    };
+    assert_eq!((busy, submissions), (0, 1), "three refusals, then one task");
 
     srv.fake.state.lock().unwrap().busy = 1;
     let impatient = srv.client().with_busy_patience(Duration::ZERO);
