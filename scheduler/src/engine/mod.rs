@@ -44,6 +44,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use verdict_backends::broker::{Broker, BrokerError, Route};
@@ -374,7 +375,20 @@ impl Scheduler {
 /// The scan batches' pass, beside the sweeper's and at its interval: batches a stopped replica
 /// left are driven on, finished ones marked so.
 async fn batch_loop(scheduler: Scheduler, interval: Duration, stop: CancellationToken) {
-    let mut ticks = tokio::time::interval(interval);
+    every(Instant::now(), interval, stop, || {
+        scheduler.batches().sweep(&scheduler)
+    })
+    .await;
+}
+
+/// Runs `pass` at `first` and then every `interval`, never two at once, until `stop`. A pass
+/// that has begun runs to its end, so it never leaves its work (a takeover, a beat) half done.
+async fn every<F, Fut>(first: Instant, interval: Duration, stop: CancellationToken, mut pass: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut ticks = tokio::time::interval_at(first, interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -382,12 +396,10 @@ async fn batch_loop(scheduler: Scheduler, interval: Duration, stop: Cancellation
             () = stop.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        scheduler.batches().sweep(&scheduler).await;
+        pass().await;
     }
 }
 
-/// The sweeper's own loop: a pass every `interval`, never two at once, until `stop`. A pass that
-/// has begun runs to its end, so it never leaves a takeover half done.
 /// This replica's heartbeat: its lease renewed every third of its length, so a missed beat or
 /// two (a slow Redis) does not make it look gone.
 #[derive(Debug, Clone)]
@@ -415,17 +427,10 @@ impl Heartbeat {
         }
     }
 
+    /// Beats every third of the lease, the first a third after the beat `run` made before it.
     async fn run(self, stop: CancellationToken) {
-        let mut ticks = tokio::time::interval(self.lease / 3);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                biased;
-                () = stop.cancelled() => return,
-                _ = ticks.tick() => {}
-            }
-            self.beat().await;
-        }
+        let period = self.lease / 3;
+        every(Instant::now() + period, period, stop, || self.beat()).await;
     }
 
     async fn leave(&self) {
@@ -436,17 +441,9 @@ impl Heartbeat {
     }
 }
 
+/// The sweeper's own loop: a pass every `interval` until `stop`.
 async fn sweep_loop(sweeper: Sweeper, interval: Duration, stop: CancellationToken) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
-        sweeper.sweep().await;
-    }
+    every(Instant::now(), interval, stop, || sweeper.sweep()).await;
 }
 
 fn unavailable(e: StoreError) -> ServiceError {
