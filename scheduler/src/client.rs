@@ -257,21 +257,10 @@ impl ApiClient {
     async fn submit<T: Serialize>(&self, path: &str, body: &T) -> Result<Submitted, ClientError> {
         let give_up = tokio::time::Instant::now() + self.busy_patience;
         loop {
-            let req = self.http.post(self.url(path)).json(body);
-            let response = self
-                .authorised(req)
-                .timeout(REQUEST_TIMEOUT)
-                .send()
-                .await
-                .map_err(|e| self.transport(&e))?;
-            let status = response.status();
-            let retry_after = response
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map_or(DEFAULT_RETRY_AFTER, Duration::from_secs);
-            let body = response.bytes().await.map_err(|e| self.transport(&e))?;
+            let (status, retry_after, body) = self
+                .exchange(self.http.post(self.url(path)).json(body))
+                .await?;
+            let retry_after = retry_after.unwrap_or(DEFAULT_RETRY_AFTER);
             if status == StatusCode::TOO_MANY_REQUESTS
                 && tokio::time::Instant::now() + retry_after < give_up
             {
@@ -307,6 +296,16 @@ impl ApiClient {
 
     /// Sends a request and reads a JSON answer, or the API's error.
     async fn call<T: DeserializeOwned>(&self, req: RequestBuilder) -> Result<T, ClientError> {
+        let (status, _, body) = self.exchange(req).await?;
+        self.read(status, &body)
+    }
+
+    /// Sends a request with credentials and the time limit; its status, its `Retry-After` in
+    /// seconds, if any, and its body.
+    async fn exchange(
+        &self,
+        req: RequestBuilder,
+    ) -> Result<(StatusCode, Option<Duration>, Vec<u8>), ClientError> {
         let response = self
             .authorised(req)
             .timeout(REQUEST_TIMEOUT)
@@ -314,8 +313,14 @@ impl ApiClient {
             .await
             .map_err(|e| self.transport(&e))?;
         let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
         let body = response.bytes().await.map_err(|e| self.transport(&e))?;
-        self.read(status, &body)
+        Ok((status, retry_after, body.to_vec()))
     }
 
     /// A JSON answer, or the API's error.
