@@ -446,6 +446,29 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
+/// Each ended task's time from creation to its end minus the provider's `latency` (seconds), in
+/// milliseconds, sorted.
+fn overhead_ms(docs: &[TaskDocument], latency: f64) -> Vec<f64> {
+    let mut overhead: Vec<f64> = docs
+        .iter()
+        .filter_map(|d| {
+            let total = d.timings.finished_unix_ms? as f64 - d.timings.created_unix_ms as f64;
+            Some(total - latency * 1000.0)
+        })
+        .collect();
+    overhead.sort_by(f64::total_cmp);
+    overhead
+}
+
+/// p50, p95 and p99 of `sorted`.
+fn percentiles(sorted: &[f64]) -> Value {
+    json!({
+        "p50": percentile(sorted, 50.0),
+        "p95": percentile(sorted, 95.0),
+        "p99": percentile(sorted, 99.0),
+    })
+}
+
 /// One concurrency's end-to-end and worker-alone runs.
 async fn at_concurrency(env: &Env, args: &Args, c: usize) -> Value {
     let l = args.latency.as_secs_f64();
@@ -497,28 +520,14 @@ async fn at_concurrency(env: &Env, args: &Args, c: usize) -> Value {
         .saturating_sub(submitted_at) as f64
         / 1000.0;
     let intake = steady_rate(&mut started, c.min(n / 4));
-    let mut overhead: Vec<f64> = docs
-        .iter()
-        .filter_map(|d| {
-            let total = d.timings.finished_unix_ms? as f64 - d.timings.created_unix_ms as f64;
-            Some(total - l * 1000.0)
-        })
-        .collect();
-    overhead.sort_by(f64::total_cmp);
+    let overhead = overhead_ms(&docs, l);
 
     // Unsaturated: the same pool, reviews submitted one by one at half its bound (at most 64
     // a second), so each task's overhead is the pool's own, not time spent queued behind others.
     let rate = (bound / 2.0).min(64.0);
     let ids = pool.open_loop(rate, Duration::from_secs(8)).await;
     let docs = pool.await_all(&ids, within).await;
-    let mut unsaturated: Vec<f64> = docs
-        .iter()
-        .filter_map(|d| {
-            let total = d.timings.finished_unix_ms? as f64 - d.timings.created_unix_ms as f64;
-            Some(total - l * 1000.0)
-        })
-        .collect();
-    unsaturated.sort_by(f64::total_cmp);
+    let unsaturated = overhead_ms(&docs, l);
     pool.cleanup().await;
 
     // Worker alone: every stage queued before the worker starts.
@@ -546,19 +555,11 @@ async fn at_concurrency(env: &Env, args: &Args, c: usize) -> Value {
         "worker_alone_stages_per_s": alone,
         "worker_alone_ratio": alone / bound,
         "intake_tasks_per_s": intake,
-        "overhead_ms": {
-            "p50": percentile(&overhead, 50.0),
-            "p95": percentile(&overhead, 95.0),
-            "p99": percentile(&overhead, 99.0),
-        },
+        "overhead_ms": percentiles(&overhead),
         "unsaturated": {
             "tasks_per_s": rate,
             "tasks": unsaturated.len(),
-            "overhead_ms": {
-                "p50": percentile(&unsaturated, 50.0),
-                "p95": percentile(&unsaturated, 95.0),
-                "p99": percentile(&unsaturated, 99.0),
-            },
+            "overhead_ms": percentiles(&unsaturated),
         },
         "cpu_ms_per_stage": {
             "scheduler": cpu.0.as_secs_f64() * 1000.0 / n as f64,
