@@ -267,6 +267,18 @@ impl PublicationState {
 }
 
 impl TaskRecord {
+    /// The queued task's intake is `replica`'s from `now` (at submission, or a takeover).
+    pub fn own_intake(&mut self, replica: &str, now: u64) {
+        self.intake_started_unix_ms = Some(now);
+        self.intake_owner = Some(replica.to_owned());
+    }
+
+    /// No intake owns the queued task (given back by a stopping replica).
+    pub fn disown_intake(&mut self) {
+        self.intake_started_unix_ms = None;
+        self.intake_owner = None;
+    }
+
     pub fn stage(&self, id: &str) -> Option<&StageRecord> {
         self.stages.iter().find(|s| s.id == id)
     }

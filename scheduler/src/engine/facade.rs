@@ -96,8 +96,7 @@ impl Service {
                 })?;
         }
         task.created_unix_ms = self.now();
-        task.intake_started_unix_ms = Some(task.created_unix_ms);
-        task.intake_owner = Some(self.intake.replica().to_string());
+        task.own_intake(&self.intake.replica(), task.created_unix_ms);
         // The root of the task's trace, recorded when the task ends: every span of the task, in
         // any process, is its child through the context kept on the record.
         task.trace = verdict_backends::trace::open_task();

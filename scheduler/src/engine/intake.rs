@@ -77,6 +77,24 @@ pub(super) struct Intake {
 /// How many recent intake ends the pace is measured over.
 const PACE_WINDOW: usize = 256;
 
+/// Seconds for `count` intakes to end at the pace of the recent `ends` (oldest first), 1 to 60;
+/// 5 when too few ended recently to tell.
+fn seconds_to_finish(ends: &VecDeque<std::time::Instant>, count: usize) -> u64 {
+    let (Some(first), Some(last)) = (ends.front(), ends.back()) else {
+        return 5;
+    };
+    let span = last.duration_since(*first).as_secs_f64();
+    if span <= 0.0 {
+        return 5;
+    }
+    let per_second = (ends.len() - 1) as f64 / span;
+    // At least 1/span a second, so the quotient is finite; clamped to 1–60, so the conversion
+    // cannot truncate.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let whole = (count as f64 / per_second).ceil().clamp(1.0, 60.0) as u64;
+    whole
+}
+
 /// Where an intake is, for the reason given when its time runs out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -290,7 +308,10 @@ impl Intake {
             return Ok(());
         }
         let room = (self.backlog / 16).max(1) + held - self.backlog;
-        let retry_after_secs = self.seconds_to_finish(room);
+        let retry_after_secs = {
+            let pace = self.pace.lock().unwrap_or_else(PoisonError::into_inner);
+            seconds_to_finish(&pace, room)
+        };
         Err(ServiceError::Busy {
             reason: format!(
                 "the scheduler is busy: {held} tasks are waiting for intake here (scheduler.intake_backlog = {}); nothing was created, submit again in {retry_after_secs} s (Retry-After), or add scheduler replicas or raise scheduler.intake_concurrency",
@@ -298,29 +319,6 @@ impl Intake {
             ),
             retry_after_secs,
         })
-    }
-
-    /// Seconds for `count` intakes to end at the pace of the last ones, 1 to 60; 5 when too
-    /// few ended recently to tell.
-    fn seconds_to_finish(&self, count: usize) -> u64 {
-        let pace = self.pace.lock().unwrap_or_else(PoisonError::into_inner);
-        let (Some(first), Some(last)) = (pace.front(), pace.back()) else {
-            return 5;
-        };
-        let span = last.duration_since(*first).as_secs_f64();
-        if pace.len() < 2 || span <= 0.0 {
-            return 5;
-        }
-        let per_second = (pace.len() - 1) as f64 / span;
-        let seconds = (count as f64 / per_second).ceil();
-        if seconds.is_finite() {
-            // Clamped to 1–60, so the conversion cannot truncate.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let whole = seconds.clamp(1.0, 60.0) as u64;
-            whole
-        } else {
-            60
-        }
     }
 
     fn ended_one(&self) {
@@ -355,8 +353,7 @@ impl Intake {
                 let take = t.state == TaskState::Queued && abandoned(t, now);
                 taken.store(take, Ordering::Relaxed);
                 if take {
-                    t.intake_started_unix_ms = Some(now);
-                    t.intake_owner = Some(self.replica.to_string());
+                    t.own_intake(&self.replica, now);
                 }
                 Effects::default()
             })
@@ -489,8 +486,7 @@ impl Intake {
             .records
             .update(id, |t| {
                 if t.state == TaskState::Queued && t.intake_started_unix_ms == stamp {
-                    t.intake_started_unix_ms = None;
-                    t.intake_owner = None;
+                    t.disown_intake();
                 }
                 Effects::default()
             })
@@ -750,6 +746,21 @@ mod tests {
 
     const MAIN: &str = "0000000000000000000000000000000000000a11";
     const FEATURE: &str = "00000000000000000000000000000000000fea70";
+
+    /// `Retry-After` from the recent pace: 101 ends over 10 s is 10 a second, so 25 more take
+    /// 3 s; the answer stays within 1 to 60 s, and is 5 s when the pace cannot be told.
+    #[test]
+    fn the_wait_a_busy_answer_names_follows_the_recent_pace() {
+        let start = std::time::Instant::now();
+        let ends: VecDeque<_> = (0..=100u64)
+            .map(|i| start + Duration::from_millis(100 * i))
+            .collect();
+        assert_eq!(seconds_to_finish(&ends, 25), 3);
+        assert_eq!(seconds_to_finish(&ends, 1), 1);
+        assert_eq!(seconds_to_finish(&ends, 10_000), 60);
+        assert_eq!(seconds_to_finish(&VecDeque::new(), 25), 5);
+        assert_eq!(seconds_to_finish(&VecDeque::from([start]), 25), 5);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_review_starts_with_its_change_stored_in_pieces() {
