@@ -6,89 +6,15 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
-use verdict_backends::BoxFuture;
-use verdict_backends::repo::{
-    Change, MemoryRepositorySource, RepoError, RepoFile, RepositorySource, Snapshot,
-};
-use verdict_proto::wire::RepositoryRef;
+use support::HeldRepositories;
+use verdict_backends::repo::MemoryRepositorySource;
 use verdict_scheduler::document::TaskState;
 use verdict_scheduler::service::{ReviewSubmission, ServiceError, TaskService};
 
 const URL: &str = "https://git.example.com/shop.git";
-
-/// A memory source whose `change` waits until the gate opens, counting the calls.
-#[derive(Debug)]
-struct Held {
-    inner: MemoryRepositorySource,
-    open: watch::Receiver<bool>,
-    changes: AtomicUsize,
-}
-
-impl Held {
-    fn new() -> (Arc<Held>, watch::Sender<bool>) {
-        let (gate, open) = watch::channel(false);
-        let inner = MemoryRepositorySource::new();
-        inner.insert_change(URL, "main", "feature", "diff --git a/a b/a\n");
-        let held = Arc::new(Held {
-            inner,
-            open,
-            changes: AtomicUsize::new(0),
-        });
-        (held, gate)
-    }
-}
-
-impl RepositorySource for Held {
-    fn snapshot<'a>(
-        &'a self,
-        repo: &'a RepositoryRef,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<Snapshot, RepoError>> {
-        self.inner.snapshot(repo, cancel)
-    }
-
-    fn resolve<'a>(
-        &'a self,
-        url: &'a str,
-        revision: &'a str,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<String, RepoError>> {
-        self.inner.resolve(url, revision, cancel)
-    }
-
-    fn change<'a>(
-        &'a self,
-        url: &'a str,
-        base: &'a str,
-        head: &'a str,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<Change, RepoError>> {
-        Box::pin(async move {
-            self.changes.fetch_add(1, Ordering::SeqCst);
-            let mut open = self.open.clone();
-            tokio::select! {
-                () = cancel.cancelled() => return Err(RepoError::Cancelled),
-                opened = open.wait_for(|o| *o) => { opened.unwrap(); }
-            }
-            self.inner.change(url, base, head, cancel).await
-        })
-    }
-
-    fn files<'a>(
-        &'a self,
-        url: &'a str,
-        commit: &'a str,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<Vec<RepoFile>, RepoError>> {
-        self.inner.files(url, commit, cancel)
-    }
-}
 
 fn review() -> ReviewSubmission {
     ReviewSubmission {
@@ -112,7 +38,9 @@ async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
 
 #[tokio::test]
 async fn a_full_backlog_refuses_what_can_be_submitted_again_and_nothing_is_created() {
-    let (source, gate) = Held::new();
+    let inner = MemoryRepositorySource::new();
+    inner.insert_change(URL, "main", "feature", "diff --git a/a b/a\n");
+    let (source, gate) = HeldRepositories::new(inner);
     let (scheduler, _registry) = support::memory_scheduler_on(source.clone(), None, |s| {
         s.intake_backlog = 2;
         s.intake_concurrency = 1;

@@ -13,9 +13,10 @@ use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::Sha256;
-use verdict_backends::repo::MemoryRepositorySource;
+use verdict_backends::repo::{MemoryRepositorySource, RepositorySource};
 use verdict_backends::secret::Secret;
 use verdict_scheduler::api::{self, ApiAuth, webhooks::GitHubWebhooks};
+use verdict_scheduler::engine::SchedulerSettings;
 use verdict_scheduler::webhook::WebhookPolicy;
 
 const SECRET: &str = "webhook-s3cret";
@@ -30,12 +31,23 @@ struct Server {
     http: reqwest::Client,
 }
 
-async fn serve() -> Server {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let repositories = Arc::new(MemoryRepositorySource::new());
+fn repositories() -> MemoryRepositorySource {
+    let repositories = MemoryRepositorySource::new();
     repositories.insert_change(URL, BASE, HEAD_1, DIFF);
     repositories.insert_change(URL, BASE, HEAD_2, DIFF);
-    let (scheduler, registry) = support::memory_scheduler(repositories);
+    repositories
+}
+
+async fn serve() -> Server {
+    serve_on(Arc::new(repositories()), |_| {}).await
+}
+
+async fn serve_on(
+    repositories: Arc<dyn RepositorySource>,
+    tweak: impl FnOnce(&mut SchedulerSettings),
+) -> Server {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (scheduler, registry) = support::memory_scheduler_on(repositories, None, tweak);
     let hooks = GitHubWebhooks {
         secret: Secret::new(SECRET),
         policy: WebhookPolicy {
@@ -163,6 +175,50 @@ async fn a_signed_pull_request_makes_one_review_and_a_redelivery_names_the_same_
     assert_eq!(doc["github"]["item"]["number"], 7);
     assert_eq!(doc["github"]["head_sha"], HEAD_1);
     assert_eq!(doc["repository"]["commit"], HEAD_1);
+}
+
+/// Intake's backlog full: the API refuses a review with 429, but a delivery is admitted, since
+/// GitHub would not send it again.
+#[tokio::test]
+async fn a_delivery_is_admitted_when_the_backlog_refuses_api_submissions() {
+    let (held, gate) = support::HeldRepositories::new(repositories());
+    let srv = serve_on(held.clone(), |s| s.intake_backlog = 1).await;
+    let first = srv
+        .deliver(
+            "pull_request",
+            "d-1",
+            &pull_request("opened", HEAD_1),
+            Some(SECRET),
+        )
+        .await;
+    assert_eq!(first.status(), StatusCode::ACCEPTED);
+
+    let api = srv
+        .http
+        .post(format!("{}/v1/reviews", srv.base))
+        .bearer_auth("api-token")
+        .json(&json!({"repository": URL, "base": BASE, "head": HEAD_2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    let second = srv
+        .deliver(
+            "pull_request",
+            "d-2",
+            &pull_request("synchronize", HEAD_2),
+            Some(SECRET),
+        )
+        .await;
+    assert_eq!(second.status(), StatusCode::ACCEPTED, "past the backlog");
+    let id = second.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    gate.send_replace(true);
+    let doc = srv.task_when(&id, |d| d["state"] == "running").await;
+    assert_eq!(doc["repository"]["commit"], HEAD_2);
 }
 
 #[tokio::test]

@@ -1,13 +1,20 @@
 //! What the scheduler's integration tests share: the real scheduler engine on the in-memory
-//! broker and store, over a given repository source.
+//! broker and store, over a given repository source, and a source that holds intakes.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use verdict_backends::BoxFuture;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::clock::SystemClock;
-use verdict_backends::repo::{MemoryRepositorySource, RepositorySource};
+use verdict_backends::repo::{
+    Change, MemoryRepositorySource, RepoError, RepoFile, RepositorySource, Snapshot,
+};
 use verdict_backends::store::memory::MemoryStore;
+use verdict_proto::wire::RepositoryRef;
 use verdict_scheduler::engine::{
     AllowlistRules, RepositoryAllowlist, Scheduler, SchedulerDeps, SchedulerSettings,
     StaticResolver,
@@ -90,4 +97,75 @@ pub fn memory_scheduler_on(
     };
     tweak(&mut settings);
     (Arc::new(Scheduler::new(deps, settings)), registry)
+}
+
+/// A memory source whose `change` waits until the gate (the returned sender) is set to `true`,
+/// counting the calls: intakes held in flight, as a slow repository holds them.
+#[derive(Debug)]
+#[allow(dead_code)] // not every test crate using this module holds intakes
+pub struct HeldRepositories {
+    inner: MemoryRepositorySource,
+    open: watch::Receiver<bool>,
+    pub changes: AtomicUsize,
+}
+
+#[allow(dead_code)]
+impl HeldRepositories {
+    pub fn new(inner: MemoryRepositorySource) -> (Arc<HeldRepositories>, watch::Sender<bool>) {
+        let (gate, open) = watch::channel(false);
+        let held = Arc::new(HeldRepositories {
+            inner,
+            open,
+            changes: AtomicUsize::new(0),
+        });
+        (held, gate)
+    }
+}
+
+impl RepositorySource for HeldRepositories {
+    fn snapshot<'a>(
+        &'a self,
+        repo: &'a RepositoryRef,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Snapshot, RepoError>> {
+        self.inner.snapshot(repo, cancel)
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        url: &'a str,
+        revision: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<String, RepoError>> {
+        self.inner.resolve(url, revision, cancel)
+    }
+
+    fn change<'a>(
+        &'a self,
+        url: &'a str,
+        base: &'a str,
+        head: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Change, RepoError>> {
+        Box::pin(async move {
+            self.changes.fetch_add(1, Ordering::SeqCst);
+            let mut open = self.open.clone();
+            tokio::select! {
+                () = cancel.cancelled() => return Err(RepoError::Cancelled),
+                opened = open.wait_for(|o| *o) => {
+                    opened.map_err(|_| RepoError::Cancelled)?;
+                }
+            }
+            self.inner.change(url, base, head, cancel).await
+        })
+    }
+
+    fn files<'a>(
+        &'a self,
+        url: &'a str,
+        commit: &'a str,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<RepoFile>, RepoError>> {
+        self.inner.files(url, commit, cancel)
+    }
 }
