@@ -1,6 +1,11 @@
 //! Secret redaction and safe previews: model output and provider errors are shown to operators
 //! (outcomes, events, transcripts) only after passing through here (SPEC E4, O4, R3).
 
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use aho_corasick::AhoCorasick;
+
 /// What replaces a secret.
 pub const REDACTED: &str = "[REDACTED]";
 
@@ -10,10 +15,44 @@ pub const REDACTED: &str = "[REDACTED]";
 /// Deliberately over-eager: a false positive costs a few characters of preview, a miss leaks a
 /// credential.
 pub fn redact(text: &str) -> String {
-    let mut out = redact_pem_blocks(text);
-    out = redact_prefixed_tokens(&out);
-    out = redact_key_values(&out);
-    out
+    // Each pass runs only where its triggers occur: most text (diffs, prompts, answers) has
+    // none, and a transcript's redaction was a sixth of a worker's CPU when every pass rebuilt
+    // every line (decision 172).
+    let mut out = Cow::Borrowed(text);
+    if memchr::memmem::find(out.as_bytes(), PEM_BEGIN.as_bytes()).is_some() {
+        out = Cow::Owned(redact_pem_blocks(&out));
+    }
+    if may_match(&TOKEN_TRIGGERS, &out) {
+        out = Cow::Owned(redact_prefixed_tokens(&out));
+    }
+    if may_match(&KEY_TRIGGERS, &out) {
+        out = Cow::Owned(redact_key_values(&out));
+    }
+    out.into_owned()
+}
+
+/// The start of a PEM block; without it [`redact_pem_blocks`] changes nothing.
+const PEM_BEGIN: &str = "-----BEGIN ";
+
+/// What a word must start with, or follow, to be redacted by [`redact_prefixed_tokens`], matched
+/// ignoring ASCII case: a superset of what it redacts, so text without any is left as it is.
+static TOKEN_TRIGGERS: LazyLock<Option<AhoCorasick>> =
+    LazyLock::new(|| triggers(TOKEN_PREFIXES.iter().chain(AUTH_SCHEMES.iter())));
+
+/// The secret key names [`redact_line`] looks for, matched ignoring ASCII case as it does.
+static KEY_TRIGGERS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| triggers(SECRET_KEYS.iter()));
+
+fn triggers<'a>(patterns: impl Iterator<Item = &'a &'static str>) -> Option<AhoCorasick> {
+    AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .build(patterns)
+        .ok()
+}
+
+/// Whether `text` holds a trigger; `true` when the automaton could not be built, so a pass is
+/// only ever skipped when it provably changes nothing.
+fn may_match(triggers: &Option<AhoCorasick>, text: &str) -> bool {
+    triggers.as_ref().is_none_or(|t| t.is_match(text))
 }
 
 /// Hides the credentials of every `scheme://userinfo@host` URL in `text`: `user:password@`
@@ -69,7 +108,7 @@ pub fn safe_preview(text: &str, max_chars: usize) -> String {
 }
 
 fn redact_pem_blocks(text: &str) -> String {
-    const BEGIN: &str = "-----BEGIN ";
+    const BEGIN: &str = PEM_BEGIN;
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find(BEGIN) {
@@ -113,6 +152,9 @@ const TOKEN_PREFIXES: [&str; 11] = [
     "AKIA",
 ];
 
+/// The words after which the next word is a credential (`Authorization: Bearer …`).
+const AUTH_SCHEMES: [&str; 3] = ["bearer", "basic", "token"];
+
 fn is_token_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | '+' | '=')
 }
@@ -138,7 +180,7 @@ fn redact_prefixed_tokens(text: &str) -> String {
         let prefixed = TOKEN_PREFIXES
             .iter()
             .any(|p| word.starts_with(p) && word.len() >= p.len() + 12);
-        let after_scheme = ["bearer", "basic", "token"]
+        let after_scheme = AUTH_SCHEMES
             .iter()
             .any(|s| last_word.eq_ignore_ascii_case(s))
             && word.len() >= 8;
@@ -172,7 +214,15 @@ const SECRET_KEYS: [&str; 11] = [
 /// Redacts the value in `key=value`, `key: value` and `"key": "value"` where the key names a
 /// secret (case-insensitive).
 fn redact_key_values(text: &str) -> String {
-    text.split_inclusive('\n').map(redact_line).collect()
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        if may_match(&KEY_TRIGGERS, line) {
+            out.push_str(&redact_line(line));
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
 }
 
 fn redact_line(line: &str) -> String {
@@ -225,6 +275,64 @@ fn redact_line(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// [`redact`] without its prefilters: every pass over every line.
+    fn redact_every_pass(text: &str) -> String {
+        let out = redact_prefixed_tokens(&redact_pem_blocks(text));
+        out.split_inclusive('\n').map(redact_line).collect()
+    }
+
+    /// Text made of the fragments the passes react to, in any order and case.
+    fn risky_text() -> impl Strategy<Value = String> {
+        let fragments = vec![
+            "sk-",
+            "sk-ant-",
+            "ghp_",
+            "AKIA",
+            "xoxb-",
+            "Bearer ",
+            "basic ",
+            "TOKEN",
+            "token",
+            "Api_Key",
+            "password",
+            "max_tokens",
+            "=",
+            ": ",
+            "\"",
+            "'",
+            " ",
+            "\t",
+            "\n",
+            ",",
+            "-----BEGIN ",
+            "RSA PRIVATE KEY-----\n",
+            "CERTIFICATE-----\n",
+            "-----END ",
+            "-----",
+            "abcdefghijklmnop",
+            "0123456789",
+            "x",
+            "é",
+            "[REDACTED]",
+            "{",
+            "}",
+        ];
+        prop::collection::vec(prop::sample::select(fragments), 0..48).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn skipping_passes_without_triggers_changes_nothing(text in risky_text()) {
+            prop_assert_eq!(redact(&text), redact_every_pass(&text));
+        }
+
+        #[test]
+        fn arbitrary_text_redacts_as_every_pass_does(text in any::<String>()) {
+            prop_assert_eq!(redact(&text), redact_every_pass(&text));
+        }
+    }
 
     #[test]
     fn redacts_known_token_shapes() {
