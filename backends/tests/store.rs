@@ -276,6 +276,33 @@ async fn check_event_order(log: &dyn EventLog) {
             .unwrap()
             .is_empty()
     );
+    // A batch lands in order after what was there, with its positions, in one call; an empty
+    // batch appends nothing.
+    let batch: Vec<_> = (5..8u64)
+        .map(|i| {
+            event(
+                "t4",
+                Some("s"),
+                i,
+                EventType::StageFinished,
+                format!("m{i}"),
+            )
+        })
+        .collect();
+    let batch_ids = log.append_all(&batch).await.unwrap();
+    assert_eq!(batch_ids.len(), 3);
+    assert!(log.append_all(&[]).await.unwrap().is_empty());
+    let tail = log.read("t4", Some(&ids[4]), Duration::ZERO).await.unwrap();
+    assert_eq!(
+        tail.iter()
+            .map(|e| (e.id.clone(), e.event.message.clone()))
+            .collect::<Vec<_>>(),
+        batch_ids
+            .iter()
+            .cloned()
+            .zip(["m5", "m6", "m7"].map(String::from))
+            .collect::<Vec<_>>()
+    );
     // Another task's stream is separate; the sink path lands in the same stream.
     log.emit(event("t4b", None, 9, EventType::TaskQueued, "queued"))
         .await;

@@ -347,6 +347,14 @@ impl EventLog for MemoryStore {
         Box::pin(async move { Ok(id) })
     }
 
+    fn append_all<'a>(
+        &'a self,
+        events: &'a [ProgressEvent],
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        let ids = events.iter().map(|e| self.append_now(e)).collect();
+        Box::pin(async move { Ok(ids) })
+    }
+
     fn read<'a>(
         &'a self,
         task_id: &'a str,

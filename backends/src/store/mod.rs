@@ -139,6 +139,13 @@ pub trait EventLog: EventSink {
     /// Appends and returns the event's position. Unlike [`EventSink::emit`], failures surface.
     fn append<'a>(&'a self, event: &'a ProgressEvent) -> BoxFuture<'a, Result<String, StoreError>>;
 
+    /// Appends `events` in order, all or none, and returns their positions: one round trip for
+    /// the several events one transition makes, instead of one each.
+    fn append_all<'a>(
+        &'a self,
+        events: &'a [ProgressEvent],
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>>;
+
     /// Events of `task_id` after position `after` (exclusive; `None` = from the beginning), in
     /// order. When there are none yet, waits up to `wait` for new ones (zero: do not wait).
     fn read<'a>(

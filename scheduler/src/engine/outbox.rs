@@ -65,6 +65,12 @@ impl Outbox {
         let Ok(task) = self.records.load(task_id).await else {
             return Vec::new();
         };
+        self.dispatch_from(&task, stage_ids).await
+    }
+
+    /// [`Outbox::dispatch`] from `task` as it was just stored, without reading it again.
+    pub async fn dispatch_from(&self, task: &TaskRecord, stage_ids: &[String]) -> Vec<Uncarried> {
+        let task_id = task.id.as_str();
         if task.state.is_terminal() {
             return Vec::new();
         }
@@ -77,7 +83,7 @@ impl Outbox {
             if stage.status != StageStatus::Planned {
                 continue;
             }
-            match self.publish(&task, stage).await {
+            match self.publish(task, stage).await {
                 Published::Yes => published.push(id.clone()),
                 Published::Later => {}
                 Published::Never(reason) => uncarried.push(Uncarried {

@@ -32,8 +32,9 @@ impl Progress {
     /// returned: events follow a stored change, and a lost event never undoes it (decision 32).
     pub async fn append(&self, task_id: &str, drafts: &[Draft]) {
         let now = self.clock.now_unix_ms();
-        for draft in drafts {
-            let event = ProgressEvent {
+        let events: Vec<ProgressEvent> = drafts
+            .iter()
+            .map(|draft| ProgressEvent {
                 version: WIRE_VERSION,
                 task_id: task_id.to_owned(),
                 at_unix_ms: now,
@@ -42,10 +43,11 @@ impl Progress {
                 stage_id: draft.stage_id.clone(),
                 message: draft.message.clone(),
                 data: draft.data.clone(),
-            };
-            if let Err(e) = self.events.append(&event).await {
-                tracing::warn!(error = %e, task = %task_id, "progress event not recorded");
-            }
+            })
+            .collect();
+        // One round trip for the transition's events (decision 172).
+        if let Err(e) = self.events.append_all(&events).await {
+            tracing::warn!(error = %e, task = %task_id, events = events.len(), "progress events not recorded");
         }
     }
 

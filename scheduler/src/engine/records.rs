@@ -2,7 +2,8 @@
 //! either. Every change is a compare-and-set of the whole record (`DocumentStore::put` with the
 //! version read), so several replicas never double-advance a task (decision 32).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus::IntCounter;
 use verdict_backends::store::{DocumentStore, StoreError};
@@ -18,6 +19,11 @@ const ACTIVE: &str = "tasks:active";
 /// A compare-and-set that keeps losing gives up after this many tries.
 const MAX_TRIES: usize = 64;
 
+/// How many records this replica keeps the last version it read or wrote of. A task's record is
+/// about 4 KiB, so this is at most some 20 MiB; a task not held is read first, as it would be
+/// without the copies.
+const HELD_RECORDS: usize = 4096;
+
 fn task_key(id: &str) -> String {
     format!("task:{id}")
 }
@@ -27,6 +33,48 @@ fn task_key(id: &str) -> String {
 pub(super) struct TaskRecords {
     documents: Arc<dyn DocumentStore>,
     conflicts: IntCounter,
+    held: Arc<Mutex<Held>>,
+}
+
+/// The records this replica last read or wrote, each with its version: an update tries its
+/// compare-and-set on the copy held instead of reading the record first, which saves a round
+/// trip per transition when this replica wrote last (decision 172). A copy is only ever a
+/// guess: a write with a stale version fails and the record is read.
+#[derive(Debug, Default)]
+struct Held {
+    records: HashMap<String, HeldRecord>,
+    /// Increases with every copy kept, so the oldest are the first dropped when full.
+    tick: u64,
+}
+
+#[derive(Debug)]
+struct HeldRecord {
+    version: u64,
+    task: TaskRecord,
+    tick: u64,
+}
+
+impl Held {
+    fn keep(&mut self, id: &str, version: u64, task: &TaskRecord) {
+        self.tick += 1;
+        let tick = self.tick;
+        if self.records.len() >= HELD_RECORDS && !self.records.contains_key(id) {
+            // Drop the older half at once, so a full map costs a sort per HELD_RECORDS / 2
+            // copies rather than one per copy.
+            let mut ticks: Vec<u64> = self.records.values().map(|r| r.tick).collect();
+            ticks.sort_unstable();
+            let cut = ticks[ticks.len() / 2];
+            self.records.retain(|_, r| r.tick > cut);
+        }
+        self.records.insert(
+            id.to_owned(),
+            HeldRecord {
+                version,
+                task: task.clone(),
+                tick,
+            },
+        );
+    }
 }
 
 /// The outcome of [`TaskRecords::update`].
@@ -45,7 +93,24 @@ impl TaskRecords {
         TaskRecords {
             documents: deps.documents.clone(),
             conflicts: deps.metrics.conflicts.clone(),
+            held: Arc::default(),
         }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The copy of task `id` held, with its version.
+    fn held_copy(&self, id: &str) -> Option<(u64, TaskRecord)> {
+        self.held()
+            .records
+            .get(id)
+            .map(|r| (r.version, r.task.clone()))
+    }
+
+    fn forget(&self, id: &str) {
+        self.held().records.remove(id);
     }
 
     pub async fn load(&self, id: &str) -> Result<TaskRecord, ServiceError> {
@@ -57,15 +122,15 @@ impl TaskRecords {
         let id = &task.id;
         let body =
             serde_json::to_string(task).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        if self
+        let Some(version) = self
             .documents
             .put(&task_key(id), &body, None)
             .await
             .map_err(unavailable)?
-            .is_none()
-        {
+        else {
             return Err(ServiceError::Conflict(format!("task {id} already exists")));
-        }
+        };
+        self.held().keep(id, version, task);
         self.documents
             .set_add(ACTIVE, id)
             .await
@@ -75,14 +140,22 @@ impl TaskRecords {
     /// Loads, changes and stores a task with compare-and-set, retrying on conflict. Returns the
     /// stored task with the effects of the change that won. Nothing is written when the change
     /// changes nothing.
+    ///
+    /// The first try changes the copy held, if any, without reading; a change that changes
+    /// nothing there is tried again on the record read, since the copy may be older than it.
     pub async fn update(
         &self,
         id: &str,
         change: impl Fn(&mut TaskRecord) -> Effects,
     ) -> Result<Updated, ServiceError> {
         let key = task_key(id);
+        let mut held = self.held_copy(id);
         for _ in 0..MAX_TRIES {
-            let (version, mut task) = self.read(id).await?;
+            let from_copy = held.is_some();
+            let (version, mut task) = match held.take() {
+                Some(copy) => copy,
+                None => self.read(id).await?,
+            };
             let was_terminal = task.state.is_terminal();
             let before = task.clone();
             let effects = change(&mut task);
@@ -95,18 +168,29 @@ impl TaskRecords {
                 && updated.effects.events.is_empty()
                 && updated.effects.planned.is_empty()
             {
+                if from_copy {
+                    continue;
+                }
                 return Ok(updated);
             }
             let body = serde_json::to_string(&updated.task)
                 .map_err(|e| ServiceError::Unavailable(format!("encode task {id}: {e}")))?;
-            match self
-                .documents
-                .put(&key, &body, Some(version))
-                .await
-                .map_err(unavailable)?
-            {
-                Some(_) => return Ok(updated),
-                None => self.conflicts.inc(),
+            let written = self.documents.put(&key, &body, Some(version)).await;
+            match written {
+                Ok(Some(version)) => {
+                    self.held().keep(id, version, &updated.task);
+                    return Ok(updated);
+                }
+                Ok(None) => {
+                    // Written by someone else since this version: read what won.
+                    self.forget(id);
+                    self.conflicts.inc();
+                }
+                Err(e) => {
+                    // Unknown whether it was written: the copy cannot be trusted any more.
+                    self.forget(id);
+                    return Err(unavailable(e));
+                }
             }
         }
         Err(ServiceError::Unavailable(format!(
@@ -121,6 +205,7 @@ impl TaskRecords {
 
     /// Takes an ended task off the active index.
     pub async fn retire(&self, id: &str) -> Result<(), StoreError> {
+        self.forget(id);
         self.documents.set_remove(ACTIVE, id).await
     }
 
@@ -136,9 +221,10 @@ impl TaskRecords {
             .await
             .map_err(unavailable)?
             .ok_or_else(|| ServiceError::NotFound(id.to_owned()))?;
-        let task = serde_json::from_str(&stored.body).map_err(|e| {
+        let task: TaskRecord = serde_json::from_str(&stored.body).map_err(|e| {
             ServiceError::Unavailable(format!("task {id} record is unreadable: {e}"))
         })?;
+        self.held().keep(id, stored.version, &task);
         Ok((stored.version, task))
     }
 }
@@ -237,6 +323,136 @@ mod tests {
         assert_eq!(stored.reason.as_deref(), Some("written by another replica"));
         assert!(stored.triage_fallback);
         assert_eq!(fx.metrics().conflicts.get(), 1);
+    }
+
+    /// A store that counts the records read from it.
+    #[derive(Debug)]
+    struct Counting {
+        store: Arc<MemoryStore>,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl DocumentStore for Counting {
+        fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            self.store.get(key)
+        }
+
+        fn put<'a>(
+            &'a self,
+            key: &'a str,
+            body: &'a str,
+            expected: Option<u64>,
+        ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+            self.store.put(key, body, expected)
+        }
+
+        fn set_add<'a>(
+            &'a self,
+            set: &'a str,
+            member: &'a str,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.store.set_add(set, member)
+        }
+
+        fn set_remove<'a>(
+            &'a self,
+            set: &'a str,
+            member: &'a str,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.store.set_remove(set, member)
+        }
+
+        fn set_members<'a>(
+            &'a self,
+            set: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+            self.store.set_members(set)
+        }
+    }
+
+    fn counting() -> (Fixture, Arc<Counting>) {
+        let store = Arc::new(MemoryStore::new());
+        let counting = Arc::new(Counting {
+            store: store.clone(),
+            reads: Default::default(),
+        });
+        (Fixture::with_documents(counting.clone(), store), counting)
+    }
+
+    /// Another replica's write of task `id`, behind this replica's back.
+    async fn written_elsewhere(fx: &Fixture, id: &str, change: impl FnOnce(&mut TaskRecord)) {
+        let stored = fx.store.get(&task_key(id)).await.unwrap().unwrap();
+        let mut theirs: TaskRecord = serde_json::from_str(&stored.body).unwrap();
+        change(&mut theirs);
+        let theirs = serde_json::to_string(&theirs).unwrap();
+        let key = task_key(id);
+        let put = fx.store.put(&key, &theirs, Some(stored.version));
+        assert!(put.await.unwrap().is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn updates_after_this_replicas_own_writes_read_nothing() {
+        let (fx, counting) = counting();
+        let task = fx.queued_scan().await;
+        for reason in ["first", "second", "third"] {
+            fx.parts
+                .records
+                .update(&task.id, |t| {
+                    t.reason = Some(reason.to_owned());
+                    Effects::default()
+                })
+                .await
+                .unwrap();
+        }
+        assert_eq!(counting.reads.load(Ordering::SeqCst), 0);
+        assert_eq!(fx.load(&task.id).await.reason.as_deref(), Some("third"));
+        assert_eq!(fx.metrics().conflicts.get(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_copy_older_than_the_record_is_read_again_before_a_change_applies() {
+        let (fx, counting) = counting();
+        let task = fx.queued_scan().await;
+        // Another replica writes: the copy held is now a version behind.
+        written_elsewhere(&fx, &task.id, |t| t.reason = Some("elsewhere".into())).await;
+
+        let updated = fx
+            .parts
+            .records
+            .update(&task.id, |t| {
+                t.triage_fallback = true;
+                Effects::default()
+            })
+            .await
+            .unwrap();
+        // The write from the copy lost; the change was made again on the record that won.
+        assert_eq!(updated.task.reason.as_deref(), Some("elsewhere"));
+        assert!(updated.task.triage_fallback);
+        assert_eq!(fx.load(&task.id).await, updated.task);
+        assert_eq!(counting.reads.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_that_changes_nothing_on_the_copy_is_tried_on_the_record() {
+        let (fx, _) = counting();
+        let task = fx.queued_scan().await;
+        written_elsewhere(&fx, &task.id, |t| t.reason = Some("elsewhere".into())).await;
+
+        // Nothing to do on the copy (no reason yet), something on the record.
+        let updated = fx
+            .parts
+            .records
+            .update(&task.id, |t| {
+                if t.reason.is_some() {
+                    t.triage_fallback = true;
+                }
+                Effects::default()
+            })
+            .await
+            .unwrap();
+        assert!(updated.task.triage_fallback);
+        assert!(fx.load(&task.id).await.triage_fallback);
     }
 
     #[tokio::test(start_paused = true)]

@@ -13,7 +13,7 @@ use verdict_proto::wire::{EventType, StageResult, Usage, WIRE_VERSION};
 
 use super::SchedulerDeps;
 use super::budgets::Budgets;
-use super::outbox::Outbox;
+use super::outbox::{Outbox, Uncarried};
 use super::progress::Progress;
 use super::publish::Publication;
 use super::records::{TaskRecords, Updated};
@@ -126,14 +126,21 @@ impl Transitions {
             self.publication.spawn_started(task);
         }
         if !effects.planned.is_empty() {
-            self.dispatch(&task.id, &effects.planned).await;
+            // From the record just stored: nothing newer can have planned fewer stages.
+            let refused = self.outbox.dispatch_from(task, &effects.planned).await;
+            self.fail_uncarried(&task.id, refused).await;
         }
     }
 
     /// Publishes the planned stages of `stage_ids` ([`Outbox::dispatch`]); a stage whose request
     /// is larger than a broker message fails its task instead of being published (decision 117).
     pub async fn dispatch(&self, task_id: &str, stage_ids: &[String]) {
-        for refused in self.outbox.dispatch(task_id, stage_ids).await {
+        let refused = self.outbox.dispatch(task_id, stage_ids).await;
+        self.fail_uncarried(task_id, refused).await;
+    }
+
+    async fn fail_uncarried(&self, task_id: &str, refused: Vec<Uncarried>) {
+        for refused in refused {
             // Boxed: failing a stage is itself a transition, whose effects come back here (with
             // nothing left to publish once the task has ended).
             let failed = Box::pin(self.fail_stage(

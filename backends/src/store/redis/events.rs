@@ -40,6 +40,41 @@ impl RedisStore {
         Ok(id)
     }
 
+    /// Every event in one transaction: each stream's XADDs in order, then its expiry renewed once.
+    async fn append_events(&self, events: &[ProgressEvent]) -> Result<Vec<String>, StoreError> {
+        let Some(first) = events.first() else {
+            return Ok(Vec::new());
+        };
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        let mut keys: Vec<String> = Vec::new();
+        for event in events {
+            let key = self.key("events", &event.task_id);
+            let json = encode(&key, event)?;
+            pipe.cmd("XADD")
+                .arg(&key)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(self.inner.config.event_stream_maxlen)
+                .arg("*")
+                .arg(FIELD)
+                .arg(&json);
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        for key in &keys {
+            pipe.cmd("PEXPIRE")
+                .arg(key)
+                .arg(millis(self.inner.config.event_ttl))
+                .ignore();
+        }
+        let key = self.key("events", &first.task_id);
+        // A replayed XADD would duplicate the events: resend only what never left.
+        self.query_pipeline("append events", &key, Replay::IfUnsent, &pipe)
+            .await
+    }
+
     async fn read_events(
         &self,
         task_id: &str,
@@ -192,6 +227,13 @@ fn decode_entries(key: &str, entries: Vec<StreamId>) -> Result<Vec<StoredEvent>,
 impl EventLog for RedisStore {
     fn append<'a>(&'a self, event: &'a ProgressEvent) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(self.append_event(event))
+    }
+
+    fn append_all<'a>(
+        &'a self,
+        events: &'a [ProgressEvent],
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(self.append_events(events))
     }
 
     fn read<'a>(
