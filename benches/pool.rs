@@ -31,8 +31,10 @@
 //! Scaling: 1, 2, 4 worker processes of `--scaling-concurrency` each, worker alone.
 //!
 //! With `--celery`, the same stages as Celery 5.7 tasks on the same broker and provider
-//! (`benches/celery/bench_celery.py`; threads and gevent pools, `acks_late`, prefetch 1), worker
-//! alone, in the same run; the virtual environment is made once under `--out`.
+//! (`benches/celery/bench_celery.py`; threads and gevent pools, `acks_late`, prefetch 1, on a
+//! classic queue as Celery declares by default, and the threads pool once more on a quorum queue
+//! like verdict's), worker alone, in the same run; the virtual environment is made once under
+//! `--out`.
 //!
 //! Writes `pool.md` (one Markdown table per part) and `pool.json` into `--out`, and prints the
 //! Markdown.
@@ -602,6 +604,14 @@ async fn scaling(env: &Env, args: &Args, w: usize) -> Value {
     })
 }
 
+/// The Celery runs, as (pool, queue type): both pools on Celery's own default, a classic queue,
+/// and the threads pool on a quorum queue, the kind verdict's queues are (decision 173).
+const CELERY_VARIANTS: [(&str, &str); 3] = [
+    ("threads", "classic"),
+    ("gevent", "classic"),
+    ("threads", "quorum"),
+];
+
 /// The Python of a virtual environment with Celery and gevent (made once, in the output
 /// directory, from PyPI).
 fn celery_python(out: &Path) -> PathBuf {
@@ -626,17 +636,22 @@ fn celery_python(out: &Path) -> PathBuf {
 /// The same stages as Celery 5 tasks (`benches/celery/bench_celery.py`: one call to the same
 /// fake provider each) on the same RabbitMQ, worker alone: `per_slot · C` tasks queued, then one
 /// worker of `pool` (`threads` or `gevent`) with `-c C`, `acks_late` and a prefetch of 1.
-async fn celery(env: &Env, args: &Args, pool: &str, c: usize) -> Value {
+async fn celery(env: &Env, args: &Args, (pool, queue_type): (&str, &str), c: usize) -> Value {
     let l = args.latency.as_secs_f64();
     let n = args.per_slot * c;
     let python = celery_python(&args.out);
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/celery");
-    let queue = format!("bench-celery-{pool}-{c}-{}", std::process::id());
+    let queue = format!(
+        "bench-celery-{pool}-{queue_type}-{c}-{}",
+        std::process::id()
+    );
     let provider = format!("{}/v1/chat/completions", env.llm.base_url());
     let python_env = |cmd: &mut Command| {
         cmd.current_dir(&dir)
             .env("PROVIDER_URL", &provider)
             .env("PROVIDER_MODEL", scenario::REVIEW)
+            .env("CELERY_QUEUE", &queue)
+            .env("CELERY_QUEUE_TYPE", queue_type)
             .env("PYTHONDONTWRITEBYTECODE", "1");
     };
     let mut produce = Command::new(&python);
@@ -698,6 +713,7 @@ async fn celery(env: &Env, args: &Args, pool: &str, c: usize) -> Value {
     let _ = delete.status();
     json!({
         "pool": pool,
+        "queue_type": queue_type,
         "concurrency": c,
         "tasks": n,
         "stages_per_s": rate,
@@ -763,13 +779,15 @@ fn markdown(report: &Value) -> String {
     }
     let celery = report["celery"].as_array().cloned().unwrap_or_default();
     if !celery.is_empty() {
-        md.push_str("\n| C | worker alone: verdict stages/s (ratio) · RSS MiB · CPU ms/stage | Celery threads | Celery gevent |\n|---|---|---|---|\n");
+        md.push_str("\n| C | worker alone: verdict stages/s (ratio) · RSS MiB · CPU ms/stage | Celery threads | Celery gevent | Celery threads, quorum queue |\n|---|---|---|---|---|\n");
         for r in report["concurrency"].as_array().unwrap() {
             let c = &r["concurrency"];
-            let cell = |pool: &str| {
+            let cell = |(pool, queue_type): (&str, &str)| {
                 celery
                     .iter()
-                    .find(|x| x["pool"] == pool && &x["concurrency"] == c)
+                    .find(|x| {
+                        x["pool"] == pool && x["queue_type"] == queue_type && &x["concurrency"] == c
+                    })
                     .map_or("—".to_owned(), |x| {
                         format!(
                             "{:.0} ({:.2}) · {:.0} · {:.2}",
@@ -781,13 +799,14 @@ fn markdown(report: &Value) -> String {
                     })
             };
             md.push_str(&format!(
-                "| {c} | {:.0} ({:.2}) · {:.0} · {:.2} | {} | {} |\n",
+                "| {c} | {:.0} ({:.2}) · {:.0} · {:.2} | {} | {} | {} |\n",
                 r["worker_alone_stages_per_s"].as_f64().unwrap(),
                 r["worker_alone_ratio"].as_f64().unwrap(),
                 r["rss_mib"]["worker_alone_peak"].as_f64().unwrap(),
                 r["worker_alone_cpu_ms_per_stage"].as_f64().unwrap(),
-                cell("threads"),
-                cell("gevent"),
+                cell(CELERY_VARIANTS[0]),
+                cell(CELERY_VARIANTS[1]),
+                cell(CELERY_VARIANTS[2]),
             ));
         }
     }
@@ -855,10 +874,10 @@ fn main() {
         }
         let mut celery_runs = Vec::new();
         if args.celery {
-            for pool in ["threads", "gevent"] {
+            for variant in CELERY_VARIANTS {
                 for &c in &args.concurrency {
-                    eprintln!("bench: Celery, {pool} pool, C = {c} …");
-                    celery_runs.push(celery(&env, &args, pool, c).await);
+                    eprintln!("bench: Celery, {} pool on a {} queue, C = {c} …", variant.0, variant.1);
+                    celery_runs.push(celery(&env, &args, variant, c).await);
                 }
             }
         }

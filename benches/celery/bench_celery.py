@@ -7,7 +7,10 @@ run on the same broker and the same provider.
     python bench_celery.py delete QUEUE        # delete QUEUE
     celery -A bench_celery worker -Q QUEUE -P threads|gevent -c C --prefetch-multiplier 1
 
-PROVIDER_URL names the fake provider's /v1/chat/completions; BROKER_URL the broker.
+PROVIDER_URL names the fake provider's /v1/chat/completions; BROKER_URL the broker. With
+CELERY_QUEUE=QUEUE and CELERY_QUEUE_TYPE=quorum, QUEUE is a durable quorum queue, the kind every
+verdict queue is, so the two are also compared on the same guarantees (a classic queue keeps its
+messages on one node only).
 """
 
 import json
@@ -16,6 +19,7 @@ import sys
 import urllib.request
 
 from celery import Celery
+from kombu import Exchange, Queue
 
 app = Celery("bench_celery", broker=os.environ.get("BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//"))
 app.conf.update(
@@ -25,6 +29,11 @@ app.conf.update(
     worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
 )
+
+QUEUE = os.environ.get("CELERY_QUEUE")
+if QUEUE:
+    arguments = {"x-queue-type": "quorum"} if os.environ.get("CELERY_QUEUE_TYPE") == "quorum" else {}
+    app.conf.task_queues = [Queue(QUEUE, Exchange(QUEUE), routing_key=QUEUE, queue_arguments=arguments)]
 
 BODY = json.dumps(
     {
