@@ -18,26 +18,13 @@ const FIELD: &str = "event";
 impl RedisStore {
     async fn append_event(&self, event: &ProgressEvent) -> Result<String, StoreError> {
         let key = self.key("events", &event.task_id);
-        let json = encode(&key, event)?;
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("XADD")
-            .arg(&key)
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(self.inner.config.event_stream_maxlen)
-            .arg("*")
-            .arg(FIELD)
-            .arg(&json)
-            .cmd("PEXPIRE")
-            .arg(&key)
-            .arg(millis(self.inner.config.event_ttl))
-            .ignore();
-        // A replayed XADD would duplicate the event: resend only what never left.
-        let (id,): (String,) = self
-            .query_pipeline("append event", &key, Replay::IfUnsent, &pipe)
-            .await?;
-        Ok(id)
+        self.append_events(std::slice::from_ref(event))
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Corrupt {
+                key,
+                reason: "the stream gave no position for the event appended".to_owned(),
+            })
     }
 
     /// Every event in one transaction: each stream's XADDs in order, then its expiry renewed once.
