@@ -95,6 +95,33 @@ pub enum ToolChoice {
     None,
 }
 
+/// What the provider should hold the answer to while decoding (structured outputs): the output
+/// contract of the stage, in the form the provider enforces. The answer is still parsed and
+/// validated as any other; a constraint only makes a valid answer likely.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OutputConstraint {
+    /// The answer is one JSON document valid against `schema`, already reduced to the subset the
+    /// provider accepts. OpenAI-compatible servers get it as `response_format`; Anthropic as the
+    /// input schema of a forced tool call named `name`.
+    JsonSchema {
+        name: String,
+        schema: serde_json::Value,
+    },
+    /// The whole answer matches this GBNF grammar (llama.cpp's `grammar`).
+    Grammar { gbnf: String },
+}
+
+impl OutputConstraint {
+    /// The mode's name, as the `structured_output` setting and metrics spell it.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            OutputConstraint::JsonSchema { .. } => "json_schema",
+            OutputConstraint::Grammar { .. } => "grammar",
+        }
+    }
+}
+
 /// One AI call, provider-neutral.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
@@ -108,6 +135,9 @@ pub struct ChatRequest {
     pub temperature: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// Set only on calls without tools (a schema or grammar and tool calls exclude each other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<OutputConstraint>,
 }
 
 /// Why the model stopped.

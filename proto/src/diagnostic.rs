@@ -89,6 +89,10 @@ pub enum DiagnosticCode {
     TextAfterOutputBlock,
     /// `<output>` opened and never closed.
     UnclosedOutputBlock,
+
+    // Any protocol.
+    /// A well-formed answer whose values copy the contract's placeholders or example.
+    EchoedContract,
 }
 
 /// One broken rule, located.

@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::Collector;
 use crate::envelope::{
-    self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, int_in, list_items, one_of,
-    required_text, scalar, text, version,
+    self, ContractText, Domain, EnvelopeSpec, Field, Node, Path, Writer, int_in, list_items, names,
+    one_of, required_text, scalar, text, version,
 };
 use crate::names::string_enum;
 use crate::{Diagnostics, Language};
@@ -59,22 +59,31 @@ pub struct AssigneeSuggestion {
 }
 
 static LABEL_FIELDS: [Field; 3] = [
-    Field::scalar("NAME", ("label name", "标签名")),
-    Field::scalar("CONFIDENCE", ("number from 0 to 1", "0 到 1 之间的数")),
+    Field::scalar("NAME", Domain::Line, ("label name", "标签名")),
+    Field::scalar(
+        "CONFIDENCE",
+        Domain::Fraction,
+        ("number from 0 to 1", "0 到 1 之间的数"),
+    ),
     Field::text("REASON", ("why this label fits", "为什么适用该标签")),
 ];
 static LABEL: Field = Field::record("LABEL", &LABEL_FIELDS);
 static ASSIGNEE_FIELDS: [Field; 3] = [
-    Field::scalar("USERNAME", ("login", "用户名")),
-    Field::scalar("CONFIDENCE", ("number from 0 to 1", "0 到 1 之间的数")),
+    Field::scalar("USERNAME", Domain::Word, ("login", "用户名")),
+    Field::scalar(
+        "CONFIDENCE",
+        Domain::Fraction,
+        ("number from 0 to 1", "0 到 1 之间的数"),
+    ),
     Field::text("REASON", ("why this person", "为什么指派给此人")),
 ];
 static ASSIGNEE: Field = Field::record("ASSIGNEE", &ASSIGNEE_FIELDS);
 static ROOT_FIELDS: [Field; 10] = [
-    Field::scalar("VERSION", ("1", "1")),
-    Field::scalar("CATEGORY", ("category", "类别")),
+    Field::scalar("VERSION", Domain::Exactly("1"), ("1", "1")),
+    Field::scalar("CATEGORY", Domain::Line, ("category", "类别")),
     Field::scalar(
         "PRIORITY",
+        Domain::OneOf(names::<Priority>),
         ("critical|high|medium|low", "critical|high|medium|low"),
     ),
     Field::text("SUMMARY", ("what the issue is about", "议题内容概述")),
@@ -88,7 +97,11 @@ static ROOT_FIELDS: [Field; 10] = [
     Field::list("SUGGESTED_LABELS", &LABEL),
     Field::list("SUGGESTED_ASSIGNEES", &ASSIGNEE),
     Field::text("SUGGESTED_MILESTONE", ("milestone|NONE", "里程碑|NONE")),
-    Field::scalar("DUPLICATE_OF", ("issue number|NONE", "议题编号|NONE")),
+    Field::scalar(
+        "DUPLICATE_OF",
+        Domain::PositiveOrNone,
+        ("issue number|NONE", "议题编号|NONE"),
+    ),
     Field::text(
         "SUGGESTED_TITLE",
         ("clearer title|NONE", "更清晰的标题|NONE"),

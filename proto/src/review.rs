@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::Collector;
 use crate::envelope::{
-    self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, int_in, list_items, location,
-    one_of, required_text, scalar, text, version,
+    self, ContractText, Domain, EnvelopeSpec, Field, Node, Path, Writer, int_in, list_items,
+    location, names, one_of, required_text, scalar, text, version,
 };
 use crate::names::string_enum;
 use crate::{Diagnostics, Language};
@@ -61,14 +61,27 @@ pub struct Finding {
 static FINDING_FIELDS: [Field; 7] = [
     Field::scalar(
         "SEVERITY",
+        Domain::OneOf(names::<Severity>),
         (
             "critical|major|minor|suggestion",
             "critical|major|minor|suggestion",
         ),
     ),
-    Field::scalar("FILE", ("repository/path|NONE", "仓库内相对路径|NONE")),
-    Field::scalar("START_LINE", ("positive integer|NONE", "正整数|NONE")),
-    Field::scalar("END_LINE", ("positive integer|NONE", "正整数|NONE")),
+    Field::scalar(
+        "FILE",
+        Domain::PathOrNone,
+        ("repository/path|NONE", "仓库内相对路径|NONE"),
+    ),
+    Field::scalar(
+        "START_LINE",
+        Domain::PositiveOrNone,
+        ("positive integer|NONE", "正整数|NONE"),
+    ),
+    Field::scalar(
+        "END_LINE",
+        Domain::PositiveOrNone,
+        ("positive integer|NONE", "正整数|NONE"),
+    ),
     Field::text("TITLE", ("short title", "简短标题")),
     Field::text("DESCRIPTION", ("evidence and impact", "证据与影响")),
     Field::text(
@@ -78,10 +91,11 @@ static FINDING_FIELDS: [Field; 7] = [
 ];
 static FINDING: Field = Field::record("FINDING", &FINDING_FIELDS);
 static ROOT_FIELDS: [Field; 6] = [
-    Field::scalar("VERSION", ("1", "1")),
-    Field::scalar("SCORE", ("1-10", "1-10")),
+    Field::scalar("VERSION", Domain::Exactly("1"), ("1", "1")),
+    Field::scalar("SCORE", Domain::Int(1, 10), ("1-10", "1-10")),
     Field::scalar(
         "DECISION",
+        Domain::OneOf(names::<Decision>),
         (
             "approve|request_changes|comment",
             "approve|request_changes|comment",

@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::Collector;
 use crate::envelope::{
-    self, ContractText, EnvelopeSpec, Field, Node, Path, Writer, int_in, list_items, location,
-    one_of, required_text, scalar, text, version,
+    self, ContractText, Domain, EnvelopeSpec, Field, Node, Path, Writer, int_in, list_items,
+    location, names, one_of, required_text, scalar, text, version,
 };
 use crate::names::string_enum;
 use crate::review::{Severity, write_location};
@@ -57,6 +57,7 @@ pub struct ScanFinding {
 static FINDING_FIELDS: [Field; 9] = [
     Field::scalar(
         "SEVERITY",
+        Domain::OneOf(names::<Severity>),
         (
             "critical|major|minor|suggestion",
             "critical|major|minor|suggestion",
@@ -64,26 +65,39 @@ static FINDING_FIELDS: [Field; 9] = [
     ),
     Field::scalar(
         "CATEGORY",
+        Domain::OneOf(names::<ScanCategory>),
         (
             "security|performance|reliability|maintainability|architecture",
             "security|performance|reliability|maintainability|architecture",
         ),
     ),
-    Field::scalar("FILE", ("repository/path|NONE", "仓库内相对路径|NONE")),
-    Field::scalar("START_LINE", ("positive integer|NONE", "正整数|NONE")),
-    Field::scalar("END_LINE", ("positive integer|NONE", "正整数|NONE")),
+    Field::scalar(
+        "FILE",
+        Domain::PathOrNone,
+        ("repository/path|NONE", "仓库内相对路径|NONE"),
+    ),
+    Field::scalar(
+        "START_LINE",
+        Domain::PositiveOrNone,
+        ("positive integer|NONE", "正整数|NONE"),
+    ),
+    Field::scalar(
+        "END_LINE",
+        Domain::PositiveOrNone,
+        ("positive integer|NONE", "正整数|NONE"),
+    ),
     Field::text("TITLE", ("short title", "简短标题")),
     Field::text("DESCRIPTION", ("evidence and impact", "证据与影响")),
     Field::text(
         "SUGGESTION",
         ("actionable fix|NONE", "可执行的修复建议|NONE"),
     ),
-    Field::scalar("CONFIDENCE", ("0-100", "0-100")),
+    Field::scalar("CONFIDENCE", Domain::Int(0, 100), ("0-100", "0-100")),
 ];
 static FINDING: Field = Field::record("FINDING", &FINDING_FIELDS);
 static ROOT_FIELDS: [Field; 4] = [
-    Field::scalar("VERSION", ("1", "1")),
-    Field::scalar("OVERALL_SCORE", ("1-100", "1-100")),
+    Field::scalar("VERSION", Domain::Exactly("1"), ("1", "1")),
+    Field::scalar("OVERALL_SCORE", Domain::Int(1, 100), ("1-100", "1-100")),
     Field::text(
         "SUMMARY",
         (

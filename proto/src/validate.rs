@@ -18,8 +18,21 @@ pub struct ValidateOptions {
 }
 
 /// Parses and validates `response` against `protocol`; the canonical value on success, every
-/// diagnostic otherwise.
+/// diagnostic otherwise. A well-formed answer that copies the contract's placeholders or
+/// example values is invalid too (`echoed-contract`, [`crate::echo`]).
 pub fn validate(
+    protocol: ProtocolId,
+    options: &ValidateOptions,
+    response: &str,
+) -> Result<Value, Diagnostics> {
+    let value = parse(protocol, options, response)?;
+    match crate::echo::check(protocol, response, &value) {
+        Some(echoes) => Err(echoes),
+        None => Ok(value),
+    }
+}
+
+fn parse(
     protocol: ProtocolId,
     options: &ValidateOptions,
     response: &str,

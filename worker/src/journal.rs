@@ -187,6 +187,7 @@ mod tests {
             tool_choice: ToolChoice::None,
             temperature: None,
             max_tokens: None,
+            constraint: None,
         }
     }
 

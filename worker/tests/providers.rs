@@ -56,6 +56,7 @@ fn chat(messages: Vec<Message>, tools: Vec<ToolDefinition>) -> ChatRequest {
         tool_choice: ToolChoice::Auto,
         temperature: None,
         max_tokens: None,
+        constraint: None,
     }
 }
 

@@ -76,7 +76,7 @@ fn skeleton(spec: &EnvelopeSpec, lang: Language) -> String {
             let hint = lang.pick(f.hint.0, f.hint.1);
             let t = f.tag;
             match &f.kind {
-                Kind::Scalar => {
+                Kind::Scalar(_) => {
                     let _ = writeln!(out, "<{t}>{hint}</{t}>");
                 }
                 Kind::Text => {
@@ -101,7 +101,7 @@ fn field_names(spec: &EnvelopeSpec) -> (Vec<&'static str>, Vec<&'static str>) {
     let mut texts = Vec::new();
     for f in spec.tags() {
         match f.kind {
-            Kind::Scalar => scalars.push(f.tag),
+            Kind::Scalar(_) => scalars.push(f.tag),
             Kind::Text => texts.push(f.tag),
             Kind::Record(_) | Kind::List(_) => {}
         }

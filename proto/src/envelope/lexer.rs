@@ -156,7 +156,7 @@ mod tests {
     use super::*;
 
     static F: [Field; 2] = [
-        Field::scalar("SCORE", ("", "")),
+        Field::scalar("SCORE", super::super::spec::Domain::Int(1, 10), ("", "")),
         Field::text("TITLE", ("", "")),
     ];
 

@@ -5,6 +5,7 @@
 //! Lexical rules live here once, so review, issue analysis and scan cannot drift apart.
 
 mod contract;
+pub(crate) mod grammar;
 mod lexer;
 mod path;
 mod render;
@@ -15,7 +16,7 @@ mod values;
 pub(crate) use contract::{ContractText, contract_text};
 pub(crate) use path::Path;
 pub(crate) use render::Writer;
-pub(crate) use spec::{EnvelopeSpec, Field};
+pub(crate) use spec::{Domain, EnvelopeSpec, Field, Kind, names};
 pub(crate) use tree::{Node, preview};
 pub(crate) use values::*;
 

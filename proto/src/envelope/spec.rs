@@ -11,14 +11,42 @@ pub(crate) struct Field {
 
 #[derive(Debug)]
 pub(crate) enum Kind {
-    /// One line: `<TAG>value</TAG>`; the value contains no `<` or `>`.
-    Scalar,
+    /// One line: `<TAG>value</TAG>`; the value contains no `<` or `>`, and is one of `Domain`.
+    Scalar(Domain),
     /// Block form (tag lines around content lines) or single-line form.
     Text,
     /// Fields in this order, each exactly once.
     Record(&'static [Field]),
     /// Zero or more blocks of the one item field.
     List(&'static Field),
+}
+
+/// The values a scalar field accepts: what the protocol's parser checks, as data, so the decoding
+/// grammar ([`super::grammar`]) can allow exactly those values. A property test generates
+/// envelopes from the grammar and parses them, so a domain cannot drift from its parser.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Domain {
+    /// Exactly this value (`VERSION`).
+    Exactly(&'static str),
+    /// A decimal integer in `min..=max`.
+    Int(u32, u32),
+    /// A positive decimal integer (up to `u32::MAX`) or `NONE`.
+    PositiveOrNone,
+    /// A repository-relative path or `NONE`.
+    PathOrNone,
+    /// One of a closed set of lowercase names.
+    OneOf(fn() -> Vec<&'static str>),
+    /// A number from 0 to 1 in plain decimal notation.
+    Fraction,
+    /// A non-empty value without whitespace (a login).
+    Word,
+    /// Any non-empty single-line value.
+    Line,
+}
+
+/// The wire names of `T`, for [`Domain::OneOf`].
+pub(crate) fn names<T: crate::names::WireName>() -> Vec<&'static str> {
+    T::ALL.iter().map(|t| t.as_str()).collect()
 }
 
 /// A whole protocol: the root tag and its fields in order.
@@ -29,10 +57,14 @@ pub(crate) struct EnvelopeSpec {
 }
 
 impl Field {
-    pub const fn scalar(tag: &'static str, hint: (&'static str, &'static str)) -> Field {
+    pub const fn scalar(
+        tag: &'static str,
+        domain: Domain,
+        hint: (&'static str, &'static str),
+    ) -> Field {
         Field {
             tag,
-            kind: Kind::Scalar,
+            kind: Kind::Scalar(domain),
             hint,
         }
     }
@@ -66,7 +98,7 @@ impl Field {
         match &self.kind {
             Kind::Record(fields) => Some(fields),
             Kind::List(item) => Some(std::slice::from_ref(*item)),
-            Kind::Scalar | Kind::Text => None,
+            Kind::Scalar(_) | Kind::Text => None,
         }
     }
 }

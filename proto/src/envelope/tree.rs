@@ -235,11 +235,11 @@ impl<'s, 'a, 'c> TreeParser<'s, 'a, 'c> {
         let tag = field.tag;
         let kind = self.kinds[i];
         let value = match (&field.kind, kind) {
-            (Kind::Scalar, Line::Inline(_, v)) => {
+            (Kind::Scalar(_), Line::Inline(_, v)) => {
                 *pos += 1;
                 Value::Scalar(v)
             }
-            (Kind::Scalar, _) => {
+            (Kind::Scalar(_), _) => {
                 self.report(
                     Diagnostic::new(
                         Code::NotSingleLine,

@@ -164,6 +164,7 @@ pub(super) async fn ai_call(
         tool_choice,
         temperature,
         max_tokens: None,
+        constraint: None,
     };
     let seq = conv.next_seq();
 

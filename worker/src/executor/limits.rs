@@ -308,6 +308,7 @@ mod tests {
             tool_choice: crate::provider::ToolChoice::None,
             temperature: None,
             max_tokens: None,
+            constraint: None,
         }
     }
 

@@ -444,6 +444,7 @@ mod tests {
             tool_choice: ToolChoice::Auto,
             temperature: None,
             max_tokens: None,
+            constraint: None,
         }
     }
 

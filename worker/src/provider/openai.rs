@@ -326,6 +326,7 @@ mod tests {
             tool_choice,
             temperature: None,
             max_tokens: None,
+            constraint: None,
         }
     }
 

@@ -1,0 +1,271 @@
+//! Structured outputs: a stage's output contract turned into the decoding constraint a provider
+//! can enforce — a JSON Schema reduced to the subset each server accepts, or a GBNF grammar of a
+//! tagged envelope — so a model that can only emit valid structure needs no paid repair round.
+//!
+//! Everything here is derived from the contracts themselves (the generated schemas, the
+//! envelopes' field tables): a constraint cannot describe another format than the one parsed.
+
+use serde_json::{Map, Value};
+
+use crate::chat::OutputConstraint;
+use crate::contracts::{JsonContract, ReviewerReport, Summary, Triage, ValidatorReport};
+use crate::diff::CommentableLines;
+use crate::envelope::grammar::{self, EnvelopeBounds};
+use crate::names::string_enum;
+use crate::{ProtocolFamily, ProtocolId};
+
+/// How a provider is asked to hold answers to the contract (`structured_output`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StructuredOutput {
+    /// What the provider kind is known to support, discovered from the server where it says.
+    Auto,
+    /// OpenAI-compatible `response_format` with a strict JSON Schema: JSON contracts only.
+    JsonSchema,
+    /// A grammar-capable server (llama.cpp): a GBNF grammar for the tagged envelopes, and its
+    /// `response_format` JSON Schema for the JSON contracts.
+    Grammar,
+    /// Anthropic: a forced tool call whose input schema is the contract (JSON contracts only).
+    Tool,
+    /// No constraint: repair rounds are the only defence.
+    Off,
+}
+
+string_enum!(StructuredOutput {
+    Auto => "auto",
+    JsonSchema => "json_schema",
+    Grammar => "grammar",
+    Tool => "tool",
+    Off => "off",
+});
+
+/// The JSON Schema subset a server accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaDialect {
+    /// OpenAI strict mode: every property required, no `format`, no string length keywords.
+    OpenAiStrict,
+    /// llama.cpp's schema-to-grammar converter: no unanchored `pattern` (HTTP 400), no `format`;
+    /// length bounds are enforced and keep a small model from running on.
+    LlamaCpp,
+    /// Anthropic's tool `input_schema`: plain JSON Schema.
+    Anthropic,
+}
+
+/// Upper bounds a constraint adds where the contract has none, so a small model cannot run on
+/// until the token limit (`structured_max_items`, `structured_max_length`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Items of one array (findings, files, verdicts) or blocks of one envelope list.
+    pub max_items: u32,
+    /// Characters of one string; for an envelope, of one line of text.
+    pub max_length: u32,
+    /// Lines of one envelope text field.
+    pub max_lines: u32,
+}
+
+impl Default for Bounds {
+    fn default() -> Bounds {
+        Bounds {
+            max_items: 20,
+            max_length: 2000,
+            max_lines: 40,
+        }
+    }
+}
+
+/// The constraint for `protocol` under a resolved `mode` (never [`StructuredOutput::Auto`]),
+/// or `None` when the mode cannot express this protocol. `lines`, when given, narrows an
+/// envelope's finding locations to the diff's commentable lines.
+pub fn constraint(
+    protocol: ProtocolId,
+    mode: StructuredOutput,
+    bounds: Bounds,
+    lines: Option<&CommentableLines>,
+) -> Option<OutputConstraint> {
+    let json = |dialect| {
+        decoding_schema(protocol, dialect, bounds).map(|schema| OutputConstraint::JsonSchema {
+            name: schema_name(protocol),
+            schema,
+        })
+    };
+    match (mode, protocol.family()) {
+        (StructuredOutput::Auto | StructuredOutput::Off, _) => None,
+        (StructuredOutput::JsonSchema, ProtocolFamily::Json) => json(SchemaDialect::OpenAiStrict),
+        (StructuredOutput::Grammar, ProtocolFamily::Json) => json(SchemaDialect::LlamaCpp),
+        (StructuredOutput::Tool, ProtocolFamily::Json) => json(SchemaDialect::Anthropic),
+        (StructuredOutput::Grammar, ProtocolFamily::Envelope) => {
+            envelope_grammar(protocol, bounds, lines).map(|gbnf| OutputConstraint::Grammar { gbnf })
+        }
+        // A schema or a tool cannot express a tagged envelope, and P5's `<output>` block wraps
+        // JSON in free text: those answers stay unconstrained.
+        (_, ProtocolFamily::Envelope | ProtocolFamily::OutputTag) => None,
+    }
+}
+
+/// The name a JSON constraint carries (`json_schema.name`, the forced tool's name):
+/// `verdict_<protocol>`, within OpenAI's `^[a-zA-Z0-9_-]{1,64}$`.
+pub fn schema_name(protocol: ProtocolId) -> String {
+    format!("verdict_{}", protocol.as_str().replace('-', "_"))
+}
+
+/// The GBNF grammar of an envelope protocol (P1–P3), `None` for the others.
+pub fn envelope_grammar(
+    protocol: ProtocolId,
+    bounds: Bounds,
+    lines: Option<&CommentableLines>,
+) -> Option<String> {
+    envelope_spec(protocol)
+        .map(|spec| grammar::grammar(spec, envelope_bounds(bounds), lines).to_gbnf())
+}
+
+fn envelope_bounds(bounds: Bounds) -> EnvelopeBounds {
+    EnvelopeBounds {
+        max_items: bounds.max_items,
+        max_lines: bounds.max_lines,
+        max_line_chars: bounds.max_length.clamp(1, 400),
+    }
+}
+
+fn envelope_spec(protocol: ProtocolId) -> Option<&'static crate::envelope::EnvelopeSpec> {
+    match protocol {
+        ProtocolId::Review => Some(&crate::review::SPEC),
+        ProtocolId::IssueAnalysis => Some(&crate::issue_analysis::SPEC),
+        ProtocolId::Scan => Some(&crate::scan::SPEC),
+        _ => None,
+    }
+}
+
+/// The JSON contract's schema in `dialect`, `None` for protocols that are not P4.
+pub fn decoding_schema(
+    protocol: ProtocolId,
+    dialect: SchemaDialect,
+    bounds: Bounds,
+) -> Option<Value> {
+    let schema = match protocol {
+        ProtocolId::Triage => Triage::schema(),
+        ProtocolId::Summary => Summary::schema(),
+        ProtocolId::Reviewer => ReviewerReport::schema(),
+        ProtocolId::Validator => ValidatorReport::schema(),
+        _ => return None,
+    };
+    let defs = schema
+        .get("$defs")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    Some(reduce(schema, &defs, dialect, bounds, 0))
+}
+
+/// Deeper than any contract nests; a guard against a recursive `$ref`, never reached.
+const MAX_DEPTH: usize = 32;
+
+/// One schema node in `dialect`: references inlined (strict servers differ on `$ref` beside
+/// other keywords; the contracts are not recursive), unsupported keywords dropped, bounds added.
+fn reduce(
+    node: &Value,
+    defs: &Map<String, Value>,
+    dialect: SchemaDialect,
+    bounds: Bounds,
+    depth: usize,
+) -> Value {
+    let Value::Object(map) = node else {
+        return node.clone();
+    };
+    if depth > MAX_DEPTH {
+        return Value::Object(Map::new());
+    }
+    let mut out = Map::new();
+    if let Some(target) = map
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/$defs/"))
+        .and_then(|name| defs.get(name))
+        && let Value::Object(inlined) = reduce(target, defs, dialect, bounds, depth + 1)
+    {
+        out.extend(inlined);
+    }
+    for (key, value) in map {
+        match key.as_str() {
+            "$ref" | "$defs" | "$schema" | "format" | "title" => {}
+            "pattern" => match dialect {
+                // The only pattern the contracts use says "not blank"; llama.cpp refuses an
+                // unanchored pattern, and minLength 1 is its nearest equivalent there.
+                SchemaDialect::LlamaCpp => {
+                    out.entry("minLength").or_insert(Value::from(1));
+                }
+                SchemaDialect::OpenAiStrict | SchemaDialect::Anthropic => {
+                    out.insert(key.clone(), value.clone());
+                }
+            },
+            "minLength" | "maxLength" if dialect == SchemaDialect::OpenAiStrict => {}
+            "properties" => {
+                let props = value
+                    .as_object()
+                    .map(|p| {
+                        p.iter()
+                            .map(|(k, v)| (k.clone(), reduce(v, defs, dialect, bounds, depth + 1)))
+                            .collect::<Map<_, _>>()
+                    })
+                    .unwrap_or_default();
+                out.insert(key.clone(), Value::Object(props));
+            }
+            "items" | "additionalProperties" if value.is_object() => {
+                out.insert(key.clone(), reduce(value, defs, dialect, bounds, depth + 1));
+            }
+            "anyOf" | "oneOf" | "allOf" => {
+                let options = value
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|v| reduce(v, defs, dialect, bounds, depth + 1))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.insert(key.clone(), Value::Array(options));
+            }
+            _ => {
+                out.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    add_bounds(&mut out, dialect, bounds);
+    Value::Object(out)
+}
+
+fn is_unit_interval(map: &Map<String, Value>) -> bool {
+    map.get("type").and_then(Value::as_str) == Some("number")
+        && map.get("minimum").and_then(Value::as_f64) == Some(0.0)
+        && map.get("maximum").and_then(Value::as_f64) == Some(1.0)
+}
+
+fn has_type(map: &Map<String, Value>, name: &str) -> bool {
+    match map.get("type") {
+        Some(Value::String(t)) => t == name,
+        Some(Value::Array(ts)) => ts.iter().any(|t| t.as_str() == Some(name)),
+        _ => false,
+    }
+}
+
+fn add_bounds(map: &mut Map<String, Value>, dialect: SchemaDialect, bounds: Bounds) {
+    if dialect == SchemaDialect::LlamaCpp && is_unit_interval(map) {
+        // llama.cpp enforces `minimum`/`maximum` on integers only: a confidence from 0 to 1
+        // becomes one of eleven values it can enforce.
+        let steps: Vec<Value> = (0..=10).map(|i| Value::from(f64::from(i) / 10.0)).collect();
+        map.remove("minimum");
+        map.remove("maximum");
+        map.insert("enum".to_owned(), Value::Array(steps));
+    }
+    if has_type(map, "array") {
+        map.entry("maxItems")
+            .or_insert(Value::from(bounds.max_items));
+    }
+    if has_type(map, "string")
+        && !map.contains_key("enum")
+        && dialect != SchemaDialect::OpenAiStrict
+    {
+        map.entry("maxLength")
+            .or_insert(Value::from(bounds.max_length));
+    }
+}
+
+#[cfg(test)]
+mod tests;
