@@ -239,6 +239,7 @@ fn pipeline_settings(config: &Config) -> PipelineSettings {
                     model: s.model.clone(),
                     tools: s.tools.clone(),
                     repair: s.repair,
+                    structured_output: s.structured_output,
                 },
             ))
         })

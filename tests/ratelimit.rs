@@ -89,6 +89,7 @@ fn stage(task: String, clock: &dyn Clock) -> StageRequest {
             mode: RepairMode::Conversation,
             max_attempts: 1,
         },
+        structured_output: None,
         validate: ValidateOptions::default(),
         changed_files: None,
     }

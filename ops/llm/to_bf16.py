@@ -1,7 +1,7 @@
-"""Rewrites a GGUF model with every quantised tensor dequantised to BF16 (1-D tensors to F32).
+"""Rewrites a GGUF model with every quantised tensor dequantised to BF16 (1-D tensors to `F32`).
 
 Why: the prebuilt llama.cpp server on PyPI dies with SIGILL on CPUs without AVX-VNNI, but only
-in its legacy-quantisation kernels (q4_0/q4_1/q5_x/q8_0). Its BF16, F16 and F32 kernels run on
+in its legacy-quantisation kernels (q4_0/q4_1/q5_x/q8_0). Its BF16, `F16` and `F32` kernels run on
 every x86-64 CPU, so one conversion (seconds, no compiler) makes the same server run everywhere.
 
     python to_bf16.py INPUT.gguf OUTPUT.gguf
@@ -17,8 +17,8 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q
 
-# Types the prebuilt server computes with on any CPU: copied as they are.
-PORTABLE = {Q.F32, Q.F16, Q.BF16}
+# Types the prebuilt server computes with on any CPU (`F32`, `F16`, BF16): copied as they are.
+PORTABLE = {Q['F32'], Q['F16'], Q.BF16}
 
 
 def convert(src: str, dst: str) -> None:

@@ -167,6 +167,9 @@ pub struct StageRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     pub repair: RepairPolicy,
+    /// Overrides the provider's `structured_output` for this stage (`None`: the provider's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<crate::structured::StructuredOutput>,
     #[serde(default)]
     pub validate: ValidateOptions,
     /// For review stages: every path the change touches at the head commit, so grounding can
@@ -365,6 +368,7 @@ mod tests {
                 mode: RepairMode::Isolated,
                 max_attempts: 3,
             },
+            structured_output: None,
             validate: ValidateOptions::default(),
             changed_files: None,
         }

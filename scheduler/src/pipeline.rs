@@ -33,6 +33,9 @@ pub struct StageSettings {
     pub model: Option<String>,
     pub tools: Vec<Tool>,
     pub repair: RepairPolicy,
+    /// Overrides the provider's `structured_output` (`None`: the provider's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<verdict_proto::structured::StructuredOutput>,
 }
 
 /// The pipeline-shaping part of the configuration, per task.
@@ -833,6 +836,7 @@ fn plan_with(
                 mode: verdict_proto::repair::RepairMode::default_for(kind.default_protocol()),
                 max_attempts: verdict_proto::repair::DEFAULT_MAX_ATTEMPTS,
             },
+            structured_output: None,
         });
     let validate = ValidateOptions {
         issue_categories: if kind == StageKind::IssueAnalysis {
@@ -858,6 +862,7 @@ fn plan_with(
         provider: settings.provider.clone(),
         model: settings.model.clone(),
         repair: settings.repair,
+        structured_output: settings.structured_output,
         validate,
         changed_files: matches!(kind, StageKind::Reviewer | StageKind::Review).then(|| {
             task.inputs

@@ -34,6 +34,7 @@ fn settings(triage: bool, reviewers: u8) -> PipelineSettings {
                     mode: RepairMode::default_for(kind.default_protocol()),
                     max_attempts: 3,
                 },
+                structured_output: None,
             },
         );
     }

@@ -301,6 +301,8 @@ pub struct StageConfig {
     pub repair: RepairPolicy,
     /// Models tried, in order, after the primary model's retry budget is spent (SPEC E5).
     pub fallback_models: Vec<String>,
+    /// Overrides the provider's `structured_output` for this stage.
+    pub structured_output: Option<verdict_proto::structured::StructuredOutput>,
 }
 
 /// A valid setting that is probably not what was meant.

@@ -480,7 +480,7 @@ fn every_validation_error_names_its_key() {
         ),
         (
             "[stages.review]\ntool = []",
-            "config key stages.review.tool is unknown (did you mean `tools`?); valid keys in [stages.review]: provider, model, tools, repair_mode, repair_attempts, fallback_models",
+            "config key stages.review.tool is unknown (did you mean `tools`?); valid keys in [stages.review]: provider, model, tools, repair_mode, repair_attempts, structured_output, fallback_models",
         ),
         (
             "[stages]\nreview = 1",
@@ -566,6 +566,26 @@ fn every_validation_error_names_its_key() {
         (
             "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \" \"",
             "config key providers.x.model = \" \" must not be empty",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\nstructured_output = \"strict\"",
+            "config key providers.x.structured_output = \"strict\" is not a structured output mode; use auto, json_schema, grammar, tool or off",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\nstructured_output = \"tool\"",
+            "config key providers.x.structured_output = \"tool\" needs a provider of kind = \"anthropic\"; use auto or off for this provider",
+        ),
+        (
+            "[providers.x]\nkind = \"exec\"\nmodel = \"m\"\ncommand = [\"a\"]\nno_tools_flag = \"-n\"\nstructured_output = \"grammar\"",
+            "config key providers.x.structured_output = \"grammar\" needs a provider of kind = \"openai\" (grammar: a llama.cpp server); use auto or off for this provider",
+        ),
+        (
+            "[providers.x]\nkind = \"anthropic\"\nbase_url = \"http://a\"\nmodel = \"m\"\n\n[stages.triage]\nstructured_output = \"json_schema\"",
+            "config key stages.triage.structured_output = \"json_schema\" needs a provider of kind = \"openai\" (grammar: a llama.cpp server); use auto or off for this provider",
+        ),
+        (
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"http://a\"\nmodel = \"m\"\nstructured_max_items = 0",
+            "config key providers.x.structured_max_items = 0 is out of range 1–1000; set it between 1 and 1000",
         ),
         (
             "[providers.x]\nkind = \"exec\"\nmodel = \"m\"\ncommand = [\"a\"]\nno_tools_flag = \"\"",
@@ -1655,5 +1675,38 @@ fn budgets_are_per_organisation_with_a_default_and_need_prices_in_dollars() {
             .budgets
             .prices
             .contains_key(&verdict_proto::wire::StageKind::Scan)
+    );
+}
+
+#[test]
+fn structured_output_defaults_to_auto_and_a_stage_may_override_it() {
+    use verdict_proto::structured::StructuredOutput;
+    let c = ok(BASE, &[]);
+    assert_eq!(c.providers[0].structured_output, StructuredOutput::Auto);
+    assert_eq!(c.providers[0].structured_bounds, Default::default());
+    assert_eq!(c.stage(StageKind::Review).unwrap().structured_output, None);
+
+    let c = ok(
+        &format!(
+            "{}\n[stages.review]\nstructured_output = \"off\"\n",
+            BASE.replace(
+                "model = \"m\"",
+                "model = \"m\"\nstructured_output = \"grammar\"\nstructured_max_items = 5\nstructured_max_length = 300\ncontext_window = 8192",
+            )
+        ),
+        &[],
+    );
+    let p = &c.providers[0];
+    assert_eq!(p.structured_output, StructuredOutput::Grammar);
+    assert_eq!(
+        (
+            p.structured_bounds.max_items,
+            p.structured_bounds.max_length
+        ),
+        (5, 300)
+    );
+    assert_eq!(
+        c.stage(StageKind::Review).unwrap().structured_output,
+        Some(StructuredOutput::Off)
     );
 }

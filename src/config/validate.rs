@@ -11,6 +11,7 @@ use toml::{Table, Value};
 use verdict_proto::Language;
 use verdict_proto::budget::{Limit, usd_to_micro};
 use verdict_proto::repair::{DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_RANGE, RepairMode};
+use verdict_proto::structured::{Bounds as StructuredBounds, StructuredOutput};
 use verdict_proto::wire::{RepairPolicy, StageKind, Tool};
 use verdict_scheduler::budget::{BudgetSettings, Period};
 use verdict_worker::executor::{ModelLimits, RateLimits};
@@ -573,13 +574,24 @@ fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, Confi
     let mut stages = BTreeMap::new();
     let mut stage_limits = Vec::new();
     for kind in StageKind::ALL {
-        let s = raw_stages.remove(&kind).unwrap_or_default();
+        let mut s = raw_stages.remove(&kind).unwrap_or_default();
         let key = format!("stages.{}", kind.as_str());
         stage_limits.push((
             kind,
             model_limits(&key, s.requests_per_minute, s.tokens_per_minute, ctx)?,
         ));
-        let config = stage(kind, s, ctx, &names, &default_provider, repair_max_attempts)?;
+        let structured = s.structured_output.take();
+        let mut config = stage(kind, s, ctx, &names, &default_provider, repair_max_attempts)?;
+        let provider_kind = providers
+            .iter()
+            .find(|p| p.name == config.provider)
+            .map(|p| p.kind);
+        config.structured_output = structured_mode(
+            &format!("{key}.structured_output"),
+            structured,
+            provider_kind,
+            ctx,
+        )?;
         stages.insert(kind, config);
     }
     let budgets = budgets(raw.budgets, raw.organisations, &stages, &prices, ctx)?;
@@ -1173,6 +1185,7 @@ fn provider(
     only("command", raw.command.is_some(), false)?;
     only("no_tools_flag", raw.no_tools_flag.is_some(), false)?;
     only("tools_flag", raw.tools_flag.is_some(), false)?;
+    only("context_window", raw.context_window.is_some(), true)?;
 
     let base_url = match raw.base_url {
         Some(url) if url_parts(&url).is_some_and(|p| p.userinfo) => {
@@ -1227,6 +1240,29 @@ fn provider(
         })?),
         None => None,
     };
+    let structured_output = structured_mode(
+        &key("structured_output"),
+        raw.structured_output,
+        Some(kind),
+        ctx,
+    )?;
+    let structured_bounds = StructuredBounds {
+        max_items: ctx.num(
+            &key("structured_max_items"),
+            raw.structured_max_items,
+            i64::from(StructuredBounds::default().max_items),
+            1,
+            Some(1000),
+        )?,
+        max_length: ctx.num(
+            &key("structured_max_length"),
+            raw.structured_max_length,
+            i64::from(StructuredBounds::default().max_length),
+            16,
+            Some(1_000_000),
+        )?,
+        ..StructuredBounds::default()
+    };
     let mut settings = ProviderSettings {
         name: name.to_owned(),
         kind,
@@ -1240,6 +1276,12 @@ fn provider(
         command,
         no_tools_flag: raw.no_tools_flag,
         tools_flag: raw.tools_flag,
+        structured_output: structured_output.unwrap_or(StructuredOutput::Auto),
+        structured_bounds,
+        context_window: match raw.context_window {
+            Some(v) => Some(ctx.num(&key("context_window"), Some(v), v, 512, Some(100_000_000))?),
+            None => None,
+        },
     };
     settings.validate().map_err(|error| match error {
         ProviderBuildError::Setting {
@@ -1391,7 +1433,50 @@ fn stage(
         tools,
         repair: RepairPolicy { mode, max_attempts },
         fallback_models,
+        structured_output: None,
     })
+}
+
+/// A `structured_output` value, checked against the provider kind when one is known: `tool` is
+/// Anthropic's forced tool call, `json_schema` and `grammar` are OpenAI-compatible request
+/// fields, and an `exec` agent takes no constraint at all.
+fn structured_mode(
+    key: &str,
+    value: Option<String>,
+    kind: Option<ProviderKind>,
+    ctx: &Ctx<'_>,
+) -> Result<Option<StructuredOutput>, ConfigError> {
+    let Some(value) = value else { return Ok(None) };
+    let mode = StructuredOutput::ALL
+        .iter()
+        .copied()
+        .find(|m| m.as_str() == value)
+        .ok_or_else(|| {
+            ctx.err(
+                key,
+                Some(quote(&value)),
+                "is not a structured output mode; use auto, json_schema, grammar, tool or off",
+            )
+        })?;
+    let fits = match (mode, kind) {
+        (StructuredOutput::Auto | StructuredOutput::Off, _) | (_, None) => true,
+        (StructuredOutput::Tool, Some(k)) => k == ProviderKind::Anthropic,
+        (StructuredOutput::JsonSchema | StructuredOutput::Grammar, Some(k)) => {
+            k == ProviderKind::Openai
+        }
+    };
+    if !fits {
+        let needs = match mode {
+            StructuredOutput::Tool => "kind = \"anthropic\"",
+            _ => "kind = \"openai\" (grammar: a llama.cpp server)",
+        };
+        return Err(ctx.err(
+            key,
+            Some(quote(&value)),
+            format!("needs a provider of {needs}; use auto or off for this provider"),
+        ));
+    }
+    Ok(Some(mode))
 }
 
 /// `[budgets]` and `[organisations.<name>]` (SPEC X5). A budget in dollars needs every stage's

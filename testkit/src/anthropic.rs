@@ -112,7 +112,20 @@ pub(crate) fn validate(body: &Value) -> Result<(), String> {
             match check::string(choice.get("type"), "tool_choice.type")? {
                 "auto" | "any" | "none" => {}
                 "tool" => {
-                    check::non_empty_string(choice.get("name"), "tool_choice.name")?;
+                    let name = check::non_empty_string(choice.get("name"), "tool_choice.name")?;
+                    let offered = req
+                        .get("tools")
+                        .and_then(Value::as_array)
+                        .is_some_and(|tools| {
+                            tools
+                                .iter()
+                                .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
+                        });
+                    if !offered {
+                        return Err(format!(
+                            "tool_choice.name: tool '{name}' is not among the request's tools"
+                        ));
+                    }
                 }
                 other => return Err(format!("tool_choice.type: unknown type '{other}'")),
             }

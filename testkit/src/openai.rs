@@ -105,11 +105,61 @@ pub(crate) fn validate(body: &Value) -> Result<(), String> {
         Some(Value::Object(o)) if o.get("type").and_then(Value::as_str) == Some("function") => {}
         Some(other) => return Err(format!("tool_choice: invalid value {other}")),
     }
+    if let Some(format) = req.get("response_format") {
+        response_format(format)?;
+    }
+    match req.get("grammar") {
+        None => {}
+        // llama.cpp's answer to a grammar beside tools.
+        Some(_) if has_tools => {
+            return Err("Cannot use custom grammar constraints with tools.".to_owned());
+        }
+        Some(Value::String(g)) if g.contains("::=") => {}
+        Some(other) => return Err(format!("grammar: not a GBNF grammar: {other}")),
+    }
     check::optional_number_in(req.get("temperature"), "temperature", 2.0)?;
     if req.contains_key("max_tokens") {
         check::positive_integer(req.get("max_tokens"), "max_tokens")?;
     }
     Ok(())
+}
+
+/// `response_format` as OpenAI checks it: `text`, `json_object`, or `json_schema` with a name of
+/// at most 64 letters, digits, `_` and `-`, a schema object and an optional boolean `strict`.
+fn response_format(v: &Value) -> Result<(), String> {
+    let format = check::object(v, "response_format")?;
+    match check::string(format.get("type"), "response_format.type")? {
+        "text" | "json_object" => Ok(()),
+        "json_schema" => {
+            let js = check::object(
+                format.get("json_schema").unwrap_or(&Value::Null),
+                "response_format.json_schema",
+            )?;
+            let name = check::non_empty_string(js.get("name"), "response_format.json_schema.name")?;
+            if name.len() > 64
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                return Err(format!(
+                    "response_format.json_schema.name: '{name}' does not match '^[a-zA-Z0-9_-]{{1,64}}$'"
+                ));
+            }
+            check::object(
+                js.get("schema").unwrap_or(&Value::Null),
+                "response_format.json_schema.schema",
+            )?;
+            match js.get("strict") {
+                None | Some(Value::Bool(_)) => Ok(()),
+                Some(other) => Err(format!(
+                    "response_format.json_schema.strict: expected a boolean, got {other}"
+                )),
+            }
+        }
+        other => Err(format!(
+            "response_format.type: '{other}' is not one of 'text', 'json_object', 'json_schema'"
+        )),
+    }
 }
 
 /// A message's `content`: a string, an array of text parts, or (assistant with tool calls only)

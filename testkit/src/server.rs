@@ -56,6 +56,11 @@ struct Shared {
     recording: AtomicBool,
     shutdown: watch::Receiver<bool>,
     next_id: AtomicU64,
+    /// What `GET /props` answers (llama.cpp's server description); `None`: 404, as on every
+    /// server that is not llama.cpp.
+    props: Mutex<Option<Value>>,
+    /// `GET /props` requests seen.
+    props_requests: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -87,9 +92,12 @@ impl FakeProvider {
             recording: AtomicBool::new(true),
             shutdown: shutdown_rx.clone(),
             next_id: AtomicU64::new(1),
+            props: Mutex::new(None),
+            props_requests: AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/health", get(|| async { "ok" }))
+            .route("/props", get(props))
             .route(
                 Wire::OpenAi.path(),
                 post(|s: State<Arc<Shared>>, h: HeaderMap, b: Bytes| {
@@ -128,6 +136,27 @@ impl FakeProvider {
             shutdown,
             server: Some(server),
         })
+    }
+
+    /// Answers `GET /props` as a llama.cpp server with a context window of `n_ctx` tokens does,
+    /// so clients that discover what the server supports find llama.cpp.
+    pub fn serve_llama_cpp_props(&self, n_ctx: u32) {
+        let props = serde_json::json!({
+            "default_generation_settings": {"n_ctx": n_ctx, "params": {"n_predict": -1}},
+            "total_slots": 1,
+            "model_path": "/models/fake.gguf",
+            "build_info": "fake-llama.cpp",
+        });
+        *self
+            .shared
+            .props
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(props);
+    }
+
+    /// How many `GET /props` requests arrived.
+    pub fn props_requests(&self) -> usize {
+        self.shared.props_requests.load(Ordering::SeqCst)
     }
 
     /// `http://127.0.0.1:PORT`: no trailing slash and no `/v1`, like a provider's base URL.
@@ -242,6 +271,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Answers one request and notes the answer. If the client goes away first, hyper drops this
 /// future, so an abandoned request is recorded without an answer.
+async fn props(State(shared): State<Arc<Shared>>) -> Response {
+    shared.props_requests.fetch_add(1, Ordering::SeqCst);
+    let props = shared
+        .props
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    match props {
+        Some(props) => json_response(StatusCode::OK, &props),
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({"error": {"message": "no such endpoint on the fake provider", "type": "invalid_request_error"}}),
+        ),
+    }
+}
+
 async fn handle(
     wire: Wire,
     State(shared): State<Arc<Shared>>,

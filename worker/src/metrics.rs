@@ -129,6 +129,10 @@ pub struct WorkerMetrics {
     /// `hit` (answered without a provider call), `miss`, `stored` (an accepted answer kept),
     /// `error` (the cache unreachable: the provider is called as if it missed).
     pub response_cache: IntCounterVec,
+    /// `verdict_structured_output_downgrades_total{provider, model, mode}`: decoding
+    /// constraints a provider refused (HTTP 400 naming them); the call was retried without and
+    /// that model is asked unconstrained from then on.
+    pub structured_downgrades: IntCounterVec,
     /// `verdict_tool_calls_total{tool, result}`; result `ok`, `error` or `not_executed`.
     pub tool_calls: IntCounterVec,
     /// `verdict_findings_grounded_total{stage, model, outcome}`: findings of final answers by
@@ -294,6 +298,13 @@ impl WorkerMetrics {
                 ),
                 &["stage", "result"],
             )?,
+            structured_downgrades: IntCounterVec::new(
+                Opts::new(
+                    "verdict_structured_output_downgrades_total",
+                    "Decoding constraints a provider refused (HTTP 400 naming them), by provider, model and mode (json_schema, grammar); the call was retried without.",
+                ),
+                &["provider", "model", "mode"],
+            )?,
             tool_calls: IntCounterVec::new(
                 Opts::new(
                     "verdict_tool_calls_total",
@@ -336,6 +347,7 @@ impl WorkerMetrics {
         registry.register(Box::new(m.rate_limiter_unavailable.clone()))?;
         registry.register(Box::new(m.responses_reused.clone()))?;
         registry.register(Box::new(m.response_cache.clone()))?;
+        registry.register(Box::new(m.structured_downgrades.clone()))?;
         registry.register(Box::new(m.tool_calls.clone()))?;
         registry.register(Box::new(m.findings_grounded.clone()))?;
         registry.register(Box::new(m.deliveries.clone()))?;
@@ -421,6 +433,10 @@ impl WorkerMetrics {
                 self.provider_cost.with_label_values(&[provider, model]);
             }
             self.rate_limit_waits.with_label_values(&[provider, model]);
+            for mode in ["json_schema", "grammar"] {
+                self.structured_downgrades
+                    .with_label_values(&[provider, model, mode]);
+            }
             self.rate_limit_wait_seconds
                 .with_label_values(&[provider, model]);
             self.rate_limit_pauses.with_label_values(&[provider, model]);

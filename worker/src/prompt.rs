@@ -136,6 +136,7 @@ mod tests {
                 mode: RepairMode::Conversation,
                 max_attempts: 3,
             },
+            structured_output: None,
             validate: ValidateOptions::default(),
             changed_files: None,
         }

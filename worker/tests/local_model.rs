@@ -1,7 +1,9 @@
 //! The real local model — SmolLM2-135M behind llama.cpp's OpenAI-compatible server, installed by
-//! `ops/bin/llm` — driving a review stage end to end. The model is tiny and often breaks the
-//! contract: whatever it says, the stage must end in a classified outcome, with the repair loop
-//! exercised against a real provider.
+//! `ops/bin/llm` — driving a review stage end to end, with `structured_output = "auto"` (so the
+//! real server is discovered as llama.cpp and takes the envelope's grammar). The model is tiny:
+//! under the grammar it often copies the contract (an echo, rejected), and whatever it says the
+//! stage must end in a classified outcome, with the repair loop exercised against a real
+//! provider.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
@@ -119,6 +121,10 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
         command: Vec::new(),
         no_tools_flag: None,
         tools_flag: None,
+        // `auto`: the worker finds llama.cpp at /props and holds the envelope to its grammar.
+        structured_output: verdict_worker::provider::StructuredOutput::Auto,
+        structured_bounds: Default::default(),
+        context_window: None,
     };
     let mut providers = ProviderRegistry::new();
     providers.insert(build(settings).unwrap());
@@ -169,6 +175,7 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
             mode: RepairMode::Conversation,
             max_attempts: 2,
         },
+        structured_output: None,
         validate: ValidateOptions::default(),
         changed_files: None,
     };

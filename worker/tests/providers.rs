@@ -14,7 +14,8 @@ use verdict_proto::outcome::FailureKind;
 use verdict_testkit::{Behaviour, FakeProvider, RecordedRequest, Script};
 use verdict_worker::provider::{
     ChatRequest, ChatResponse, FinishReason, Message, Provider, ProviderError, ProviderKind,
-    ProviderSettings, Secret, TokenUsage, ToolCall, ToolChoice, ToolDefinition, build,
+    ProviderSettings, Secret, StructuredOutput, TokenUsage, ToolCall, ToolChoice, ToolDefinition,
+    build,
 };
 
 /// A key no redaction pattern recognises, so only the providers' own scrubbing keeps it out.
@@ -37,6 +38,9 @@ fn settings(kind: ProviderKind, base_url: &str) -> ProviderSettings {
         command: Vec::new(),
         no_tools_flag: None,
         tools_flag: None,
+        structured_output: StructuredOutput::Off,
+        structured_bounds: Default::default(),
+        context_window: None,
     }
 }
 
@@ -766,4 +770,151 @@ async fn exec_a_chatty_child_does_not_deadlock_and_huge_output_is_refused() {
     let e = flood.run(&simple(), None).await.unwrap_err();
     assert_eq!(e.kind, FailureKind::ProcessExit, "{e}");
     assert!(e.message.contains("more than 8388608 bytes"), "{e}");
+}
+
+/// The contract of `protocol` as `mode` expresses it, as the executor builds it.
+fn contract(
+    protocol: verdict_proto::ProtocolId,
+    mode: StructuredOutput,
+) -> verdict_worker::provider::OutputConstraint {
+    verdict_proto::structured::constraint(protocol, mode, Default::default(), None)
+        .expect("this mode expresses this protocol")
+}
+
+#[tokio::test]
+async fn openai_sends_a_json_constraint_as_a_strict_response_format_and_a_grammar_as_grammar() {
+    let (fake, provider) = serve(ProviderKind::Openai, Script::always(Behaviour::text("{}"))).await;
+    let mut request = simple();
+    request.tool_choice = ToolChoice::None;
+    request.constraint = Some(contract(
+        verdict_proto::ProtocolId::Reviewer,
+        StructuredOutput::JsonSchema,
+    ));
+    call(provider.as_ref(), &request).await.unwrap();
+    let seen = only_request(&fake);
+    assert_eq!(seen.rejection, None);
+    let format = &seen.body["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["json_schema"]["name"], "verdict_reviewer");
+    assert_eq!(format["json_schema"]["strict"], true);
+    let schema = &format["json_schema"]["schema"];
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["required"], json!(["findings", "files_reviewed"]));
+    assert!(
+        schema.get("$defs").is_none(),
+        "references are inlined: {schema}"
+    );
+    assert_eq!(
+        schema["properties"]["findings"]["items"]["properties"]["severity"]["enum"],
+        json!(["critical", "major", "minor", "suggestion"])
+    );
+    assert!(seen.body.get("grammar").is_none());
+    assert!(seen.body.get("tools").is_none());
+
+    let (fake, provider) = serve(ProviderKind::Openai, Script::always(Behaviour::text("x"))).await;
+    request.constraint = Some(contract(
+        verdict_proto::ProtocolId::Review,
+        StructuredOutput::Grammar,
+    ));
+    call(provider.as_ref(), &request).await.unwrap();
+    let seen = only_request(&fake);
+    assert_eq!(seen.rejection, None);
+    let grammar = seen.body["grammar"].as_str().unwrap();
+    assert!(
+        grammar.starts_with("root ::= \"<SAKURA_REVIEW>\\n\""),
+        "{grammar}"
+    );
+    assert!(seen.body.get("response_format").is_none());
+}
+
+#[tokio::test]
+async fn anthropic_forces_one_tool_whose_input_schema_is_the_contract_and_its_input_is_the_answer()
+{
+    let answer = json!({"findings": [], "files_reviewed": ["src/lib.rs"]});
+    let (fake, provider) = serve(
+        ProviderKind::Anthropic,
+        Script::new([Behaviour::tool_call("verdict_reviewer", answer.clone())]),
+    )
+    .await;
+    let mut request = simple();
+    request.tool_choice = ToolChoice::None;
+    request.constraint = Some(contract(
+        verdict_proto::ProtocolId::Reviewer,
+        StructuredOutput::Tool,
+    ));
+    let response = call(provider.as_ref(), &request).await.unwrap();
+    let seen = only_request(&fake);
+    assert_eq!(seen.rejection, None);
+    let tools = seen.body["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0]["name"], "verdict_reviewer");
+    assert_eq!(tools[0]["input_schema"]["type"], "object");
+    assert_eq!(
+        seen.body["tool_choice"],
+        json!({"type": "tool", "name": "verdict_reviewer"})
+    );
+    assert!(response.tool_calls.is_empty(), "{response:?}");
+    assert_eq!(response.finish, FinishReason::Stop);
+    assert_eq!(
+        serde_json::from_str::<Value>(&response.content).unwrap(),
+        answer
+    );
+}
+
+#[tokio::test]
+async fn a_constraint_beside_tools_is_refused_before_anything_is_sent() {
+    for kind in HTTP_KINDS {
+        let (fake, provider) = serve(kind, Script::always(Behaviour::text("x"))).await;
+        let mut request = chat(vec![Message::user("Review.")], vec![read_tool()]);
+        request.constraint = Some(contract(
+            verdict_proto::ProtocolId::Reviewer,
+            StructuredOutput::JsonSchema,
+        ));
+        let error = call(provider.as_ref(), &request).await.unwrap_err();
+        assert_eq!(error.kind, FailureKind::Internal, "{kind:?}: {error}");
+        assert_eq!(fake.request_count(), 0);
+    }
+}
+
+#[tokio::test]
+async fn auto_is_what_the_kind_supports_and_llama_cpp_is_discovered_once_from_props() {
+    let cancel = CancellationToken::new();
+    let auto = |kind, url: &str| {
+        let mut s = settings(kind, url);
+        s.structured_output = StructuredOutput::Auto;
+        build(s).unwrap()
+    };
+    let fake = FakeProvider::start().await;
+    let plain = auto(ProviderKind::Openai, &fake.base_url());
+    assert_eq!(
+        plain.structured_output(&cancel).await,
+        StructuredOutput::JsonSchema
+    );
+    assert_eq!(fake.props_requests(), 1);
+
+    let llama = FakeProvider::start().await;
+    llama.serve_llama_cpp_props(8192);
+    // A base URL with the version segment finds /props beside it.
+    let provider = auto(ProviderKind::Openai, &format!("{}/v1", llama.base_url()));
+    for _ in 0..3 {
+        assert_eq!(
+            provider.structured_output(&cancel).await,
+            StructuredOutput::Grammar
+        );
+    }
+    assert_eq!(llama.props_requests(), 1, "discovered once");
+
+    let anthropic = auto(ProviderKind::Anthropic, &fake.base_url());
+    assert_eq!(
+        anthropic.structured_output(&cancel).await,
+        StructuredOutput::Tool
+    );
+    // A configured mode is used as it is, without asking.
+    let mut s = settings(ProviderKind::Openai, &llama.base_url());
+    s.structured_output = StructuredOutput::JsonSchema;
+    assert_eq!(
+        build(s).unwrap().structured_output(&cancel).await,
+        StructuredOutput::JsonSchema
+    );
+    assert_eq!(llama.props_requests(), 1);
 }

@@ -24,7 +24,7 @@ use verdict_worker::executor::{
     Execution, ExecutorDeps, ExecutorSettings, ProviderRegistry, StageExecutor,
 };
 use verdict_worker::metrics::WorkerMetrics;
-use verdict_worker::provider::{ProviderKind, ProviderSettings, Secret, build};
+use verdict_worker::provider::{ProviderKind, ProviderSettings, Secret, StructuredOutput, build};
 use verdict_worker::retry::RetryPolicy;
 
 const MODEL: &str = "model-a";
@@ -42,6 +42,8 @@ struct Env {
     executor: StageExecutor,
     /// Events, transcripts, the journal and inputs.
     store: Arc<MemoryStore>,
+    /// The executor's metrics.
+    registry: prometheus::Registry,
 }
 
 fn provider_settings(kind: ProviderKind, base_url: &str, timeout: Duration) -> ProviderSettings {
@@ -58,6 +60,9 @@ fn provider_settings(kind: ProviderKind, base_url: &str, timeout: Duration) -> P
         command: Vec::new(),
         no_tools_flag: None,
         tools_flag: None,
+        structured_output: StructuredOutput::Off,
+        structured_bounds: Default::default(),
+        context_window: None,
     }
 }
 
@@ -96,6 +101,7 @@ async fn env_with(
     let mut providers = ProviderRegistry::new();
     providers.insert(build(settings_for).unwrap());
     let store = Arc::new(MemoryStore::new());
+    let registry = prometheus::Registry::new();
     let deps = ExecutorDeps {
         providers,
         repositories: Arc::new(repositories()),
@@ -105,13 +111,14 @@ async fn env_with(
         transcripts: store.clone(),
         events: store.clone(),
         limiter: Arc::new(verdict_backends::ratelimit::memory::MemoryRateLimiter::new()),
-        metrics: WorkerMetrics::register(&prometheus::Registry::new()).unwrap(),
+        metrics: WorkerMetrics::register(&registry).unwrap(),
         clock: Arc::new(SystemClock),
     };
     Env {
         fake,
         executor: StageExecutor::new(deps, exec),
         store,
+        registry,
     }
 }
 
@@ -156,6 +163,7 @@ fn request(stage: StageKind, tools: bool, deadline_in: Duration) -> StageRequest
             mode,
             max_attempts: 3,
         },
+        structured_output: None,
         validate: ValidateOptions::default(),
         changed_files: None,
     }
@@ -766,5 +774,252 @@ async fn exec_provider_answers_from_stdout_in_the_snapshot() {
         matches!(x.result.outcome, StageOutcome::Ok { .. }),
         "{:?}",
         x.result.outcome
+    );
+}
+
+/// A stage under `mode` against an OpenAI-compatible fake answering from `script`.
+async fn structured_env(mode: StructuredOutput, script: Script) -> Env {
+    let fake = FakeProvider::start().await;
+    fake.script(MODEL, script);
+    let mut s = provider_settings(
+        ProviderKind::Openai,
+        &fake.base_url(),
+        Duration::from_secs(10),
+    );
+    s.structured_output = mode;
+    env_with(s, fake, settings()).await
+}
+
+fn downgrades(e: &Env, mode: &str) -> f64 {
+    e.registry
+        .gather()
+        .iter()
+        .filter(|f| f.name() == "verdict_structured_output_downgrades_total")
+        .flat_map(|f| f.get_metric().to_vec())
+        .filter(|m| {
+            m.get_label()
+                .iter()
+                .any(|l| l.name() == "mode" && l.value() == mode)
+        })
+        .map(|m| m.get_counter().get_value())
+        .sum()
+}
+
+const REVIEWER_ANSWER: &str = r#"{"findings": [], "files_reviewed": ["src/lib.rs"]}"#;
+
+#[tokio::test]
+async fn a_constraint_the_provider_refuses_is_dropped_once_and_that_model_is_asked_without_it() {
+    let refusal = Behaviour::status(400).body(
+        r#"{"error": {"message": "Invalid schema for response_format 'verdict_reviewer': 'maxItems' is not permitted.", "type": "invalid_request_error", "param": "response_format"}}"#,
+    );
+    let e = structured_env(
+        StructuredOutput::JsonSchema,
+        Script::new([
+            refusal,
+            Behaviour::text(REVIEWER_ANSWER),
+            Behaviour::text(REVIEWER_ANSWER),
+        ]),
+    )
+    .await;
+    let reviewer = request(StageKind::Reviewer, false, LONG);
+    let x = run(&e, &reviewer).await;
+    assert!(
+        matches!(
+            x.result.outcome,
+            StageOutcome::Ok {
+                repaired: false,
+                ..
+            }
+        ),
+        "a refused constraint is never a failed stage: {:?}",
+        x.result.outcome
+    );
+    let sent = e.fake.requests_for(MODEL);
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        sent[0].body["response_format"]["json_schema"]["name"],
+        "verdict_reviewer"
+    );
+    assert!(
+        sent[1].body.get("response_format").is_none(),
+        "retried without it"
+    );
+    assert_eq!(downgrades(&e, "json_schema"), 1.0);
+
+    // Remembered for that provider and model: the next stage is not constrained at all.
+    let mut again = reviewer.clone();
+    again.stage_id = "reviewer-2".into();
+    let x = run(&e, &again).await;
+    assert!(
+        matches!(x.result.outcome, StageOutcome::Ok { .. }),
+        "{:?}",
+        x.result.outcome
+    );
+    let sent = e.fake.requests_for(MODEL);
+    assert_eq!(sent.len(), 3);
+    assert!(sent[2].body.get("response_format").is_none());
+    assert_eq!(downgrades(&e, "json_schema"), 1.0);
+}
+
+#[tokio::test]
+async fn a_400_that_does_not_name_the_constraint_fails_closed() {
+    let e = structured_env(
+        StructuredOutput::JsonSchema,
+        Script::always(Behaviour::status(400).body(
+            r#"{"error": {"message": "The model `model-a` does not exist.", "type": "invalid_request_error"}}"#,
+        )),
+    )
+    .await;
+    let x = run(&e, &request(StageKind::Reviewer, false, LONG)).await;
+    assert!(
+        matches!(
+            &x.result.outcome,
+            StageOutcome::ExecutionFailure {
+                kind: FailureKind::BadRequest,
+                ..
+            }
+        ),
+        "{:?}",
+        x.result.outcome
+    );
+    assert_eq!(e.fake.requests_for(MODEL).len(), 1);
+    assert_eq!(downgrades(&e, "json_schema"), 0.0);
+}
+
+/// The review skeleton's placeholders, in the right format: what a tiny model under a grammar
+/// writes.
+const ECHO: &str = "<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>5</SCORE>\n<DECISION>comment</DECISION>\n<DECISION_REASON>\nnatural-language reason\n</DECISION_REASON>\n<SUMMARY>\nMarkdown summary\n</SUMMARY>\n<FINDINGS>\n</FINDINGS>\n</SAKURA_REVIEW>";
+
+#[tokio::test]
+async fn a_grammar_holds_every_call_without_tools_and_an_echo_of_the_contract_is_repaired() {
+    let e = structured_env(
+        StructuredOutput::Grammar,
+        Script::new([Behaviour::text(ECHO), Behaviour::text(VALID)]),
+    )
+    .await;
+    let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+    assert!(
+        matches!(x.result.outcome, StageOutcome::Ok { repaired: true, .. }),
+        "{:?}",
+        x.result.outcome
+    );
+    let sent = e.fake.requests_for(MODEL);
+    assert_eq!(sent.len(), 2);
+    for (i, r) in sent.iter().enumerate() {
+        assert_eq!(r.rejection, None);
+        let grammar = r.body["grammar"].as_str().unwrap_or_default();
+        assert!(
+            grammar.starts_with("root ::= \"<SAKURA_REVIEW>"),
+            "call {i}: {}",
+            r.body
+        );
+    }
+    let repair = last_user_text(&sent[1]);
+    assert!(
+        repair.contains("copied from the output contract"),
+        "{repair}"
+    );
+}
+
+#[tokio::test]
+async fn an_echo_that_is_never_repaired_is_invalid_output_not_a_completed_review() {
+    let e = structured_env(
+        StructuredOutput::Grammar,
+        Script::always(Behaviour::text(ECHO)),
+    )
+    .await;
+    let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+    match &x.result.outcome {
+        StageOutcome::InvalidOutput { diagnostics, .. } => assert!(
+            diagnostics
+                .as_slice()
+                .iter()
+                .all(|d| d.code == verdict_proto::DiagnosticCode::EchoedContract),
+            "{diagnostics:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_turn_that_offers_tools_carries_no_constraint() {
+    let e = structured_env(
+        StructuredOutput::Grammar,
+        Script::new([Behaviour::text(VALID)]),
+    )
+    .await;
+    let x = run(&e, &request(StageKind::Review, true, LONG)).await;
+    assert!(
+        matches!(x.result.outcome, StageOutcome::Ok { .. }),
+        "{:?}",
+        x.result.outcome
+    );
+    let sent = e.fake.requests_for(MODEL);
+    assert!(has_tools(&sent[0]));
+    assert!(sent[0].body.get("grammar").is_none(), "{}", sent[0].body);
+}
+
+#[tokio::test]
+async fn auto_on_llama_cpp_takes_the_grammar_and_sizes_every_call_to_the_servers_window() {
+    let fake = FakeProvider::start().await;
+    fake.serve_llama_cpp_props(4096);
+    fake.script(MODEL, Script::new([Behaviour::text(VALID)]));
+    let mut s = provider_settings(
+        ProviderKind::Openai,
+        &fake.base_url(),
+        Duration::from_secs(10),
+    );
+    s.structured_output = StructuredOutput::Auto;
+    s.max_tokens = None;
+    let e = env_with(s, fake, settings()).await;
+    let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+    assert!(
+        matches!(x.result.outcome, StageOutcome::Ok { .. }),
+        "{:?}",
+        x.result.outcome
+    );
+    let sent = e.fake.requests_for(MODEL);
+    assert!(
+        sent[0].body["grammar"].as_str().is_some(),
+        "llama.cpp found: {}",
+        sent[0].body
+    );
+    // The default output limit, cut to what the prompt leaves of 4,096 tokens.
+    let max_tokens = sent[0].body["max_tokens"].as_u64().unwrap();
+    let prompt_bytes = sent[0]
+        .messages()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or("").len())
+        .sum::<usize>() as u64;
+    assert!(
+        max_tokens <= 2048 && max_tokens + prompt_bytes / 3 <= 4096,
+        "{max_tokens} after {prompt_bytes} bytes"
+    );
+    assert!(max_tokens >= 256);
+}
+
+#[tokio::test]
+async fn a_prompt_that_cannot_fit_the_window_is_not_sent_and_the_failure_names_the_setting() {
+    let fake = FakeProvider::start().await;
+    fake.script(MODEL, Script::always(Behaviour::text(VALID)));
+    let mut s = provider_settings(
+        ProviderKind::Openai,
+        &fake.base_url(),
+        Duration::from_secs(10),
+    );
+    s.context_window = Some(600);
+    let e = env_with(s, fake, settings()).await;
+    let x = run(&e, &request(StageKind::Review, false, LONG)).await;
+    match &x.result.outcome {
+        StageOutcome::ExecutionFailure { kind, message, .. } => {
+            assert_eq!(*kind, FailureKind::BadRequest);
+            assert!(message.contains("context_window"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        e.fake.request_count(),
+        0,
+        "nothing is sent that the server would refuse"
     );
 }

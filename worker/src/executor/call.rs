@@ -12,16 +12,19 @@ use verdict_proto::outcome::FailureKind;
 use verdict_proto::transcript::{CallPurpose, TranscriptEntry};
 use verdict_proto::wire::EventType;
 
+use super::budget;
 use super::context::CallContext;
 use super::conversation::Conversation;
 use super::limits::{self, Admission};
 use super::turns::finalise_if_due;
 use crate::journal;
 use crate::provider::{
-    ChatRequest, ChatResponse, Message, Provider, ProviderError, TokenUsage, ToolChoice,
+    ChatRequest, ChatResponse, Message, OutputConstraint, Provider, ProviderError,
+    StructuredOutput, TokenUsage, ToolChoice,
 };
 use crate::retry::{RetryDecision, RetryPolicy, RetryState};
 use verdict_backends::repo::Snapshot;
+use verdict_proto::structured;
 
 /// E3: repair calls run at temperature 0.
 const REPAIR_TEMPERATURE: f32 = 0.0;
@@ -101,6 +104,11 @@ impl Route {
         &self.model
     }
 
+    /// The provider calls go to.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
     /// Moves to `model` with a fresh retry budget.
     fn switch_to(&mut self, model: String, retry: &RetryPolicy) {
         self.model = model;
@@ -157,6 +165,13 @@ pub(super) async fn ai_call(
         }
     };
     let mut tool_names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
+    // A schema or grammar and tool calls exclude each other: only calls without tools are
+    // constrained (the final answer after the deadline, stages without tools, every repair).
+    let constraint = if tools.is_empty() {
+        constraint_for(ctx, &ctx.route.model).await
+    } else {
+        None
+    };
     let mut request = ChatRequest {
         model: ctx.route.model.clone(),
         messages,
@@ -164,12 +179,23 @@ pub(super) async fn ai_call(
         tool_choice,
         temperature,
         max_tokens: None,
-        constraint: None,
+        constraint,
     };
     let seq = conv.next_seq();
 
     loop {
         let provider = ctx.route.provider.name().to_owned();
+        // Sized to the model's context window, when it is known: the output limit cut to the
+        // room the prompt leaves, or the call not sent at all when no answer would fit.
+        let sized = match ctx.route.provider.context_window(ctx.cancel).await {
+            Some(window) => budget::size(
+                &mut request,
+                &provider,
+                window,
+                ctx.route.provider.output_limit(),
+            ),
+            None => Ok(()),
+        };
         let token_refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
         let key = journal::call_key(
             &ctx.request.task_id,
@@ -186,6 +212,10 @@ pub(super) async fn ai_call(
             new_messages: &new_messages,
             tools: &tool_names,
         };
+        if let Err(error) = sized {
+            conv.record(entry.ended(Ended::Failed(&error)));
+            return Err(Failure::now(error));
+        }
         match ctx.deps.journal.get(&key).await {
             Ok(Some(response)) => {
                 ctx.deps
@@ -221,10 +251,30 @@ pub(super) async fn ai_call(
                 request.messages = conv.messages().to_vec();
                 request.tools.clear();
                 request.tool_choice = ToolChoice::None;
+                request.constraint = constraint_for(ctx, &request.model).await;
                 tool_names.clear();
             }
             Err(Stop::Failed(mut failure)) => {
                 conv.record(entry.ended(Ended::Failed(&failure.error)));
+                if let Some(mode) = refused_constraint(&request, &failure.error) {
+                    // The provider refused the constraint itself: retried once without it, and
+                    // that model is asked unconstrained from now on. Never a failed stage.
+                    ctx.route.provider.refuse_constraint(&request.model);
+                    ctx.deps
+                        .metrics
+                        .structured_downgrades
+                        .with_label_values(&[provider.as_str(), request.model.as_str(), mode])
+                        .inc();
+                    tracing::warn!(
+                        provider = %provider,
+                        model = %request.model,
+                        mode,
+                        error = %failure.error,
+                        "the provider refused the decoding constraint; retrying without it"
+                    );
+                    request.constraint = None;
+                    continue;
+                }
                 let Some(next) = ctx.route.fallback_after(&failure) else {
                     if failure.requeue_after.is_none()
                         && failure.error.kind == FailureKind::RateLimited
@@ -252,6 +302,46 @@ pub(super) async fn ai_call(
             }
         }
     }
+}
+
+/// The decoding constraint for a call without tools to the route's provider and `model`: the
+/// stage's `structured_output` override, else the provider's mode (`auto` resolved), unless the
+/// provider already refused a constraint for that model.
+async fn constraint_for(ctx: &CallContext<'_>, model: &str) -> Option<OutputConstraint> {
+    let provider = &ctx.route.provider;
+    if provider.refuses_constraint(model) {
+        return None;
+    }
+    let mode = match ctx.request.structured_output {
+        Some(mode) if mode != StructuredOutput::Auto => mode,
+        _ => provider.structured_output(ctx.cancel).await,
+    };
+    structured::constraint(
+        ctx.request.protocol,
+        mode,
+        provider.structured_bounds(),
+        None,
+    )
+}
+
+/// Words a provider's refusal of a constraint names (OpenAI `response_format`, llama.cpp's
+/// grammar and schema errors, Anthropic's `tool_choice`).
+const CONSTRAINT_WORDS: [&str; 6] = [
+    "response_format",
+    "json_schema",
+    "schema",
+    "grammar",
+    "tool_choice",
+    "structured",
+];
+
+/// The refused mode, when `error` is an HTTP 400 (or 422) to a constrained request that names
+/// the constraint: the request was fine but for it.
+fn refused_constraint(request: &ChatRequest, error: &ProviderError) -> Option<&'static str> {
+    let constraint = request.constraint.as_ref()?;
+    let rejected = error.kind == FailureKind::BadRequest && matches!(error.status, Some(400 | 422));
+    let message = error.message.to_ascii_lowercase();
+    (rejected && CONSTRAINT_WORDS.iter().any(|w| message.contains(w))).then(|| constraint.mode())
 }
 
 /// Why [`call_with_retries`] returned without an answer.

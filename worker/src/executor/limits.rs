@@ -122,28 +122,10 @@ fn demands(limits: ModelLimits, tokens: u64) -> Vec<Demand> {
 /// side, as a limit wants) plus four per message for the chat framing — and the output it may
 /// produce (`max_tokens`).
 pub(super) fn estimated_tokens(request: &ChatRequest, output_tokens: u32) -> u64 {
-    let messages: usize = request
-        .messages
-        .iter()
-        .map(|m| {
-            m.content.len()
-                + m.tool_call_id.as_ref().map_or(0, String::len)
-                + m.tool_calls
-                    .iter()
-                    .map(|c| c.id.len() + c.name.len() + c.arguments.len())
-                    .sum::<usize>()
-        })
-        .sum();
-    let tools: usize = request
-        .tools
-        .iter()
-        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
-        .sum();
-    let prompt = (messages + tools).div_ceil(3) + 4 * request.messages.len();
+    let prompt =
+        super::budget::prompt_tokens(&request.messages, super::budget::tool_bytes(request));
     let output = request.max_tokens.unwrap_or(output_tokens);
-    u64::try_from(prompt)
-        .unwrap_or(u64::MAX)
-        .saturating_add(u64::from(output))
+    prompt.saturating_add(u64::from(output))
 }
 
 /// How waiting for the limiter ended.

@@ -20,6 +20,7 @@
 //! - [`ground`]: the answer's findings checked against the snapshot (corrected, or demoted when
 //!   repair cannot fix them).
 
+mod budget;
 mod call;
 mod context;
 mod conversation;

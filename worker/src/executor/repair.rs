@@ -220,6 +220,26 @@ async fn repair_call(
         ),
         Problem::Protocol(_) => None,
     };
+    // A conversation repair that would not fit the model's window becomes an isolated one:
+    // the contract, the invalid answer and the errors only.
+    let conversation_text = match conversation_text {
+        Some(text) if matches!(problem, Problem::Protocol(_)) => {
+            let window = ctx.route.provider().context_window(ctx.cancel).await;
+            let prompt = super::budget::prompt_tokens(conv.messages(), text.len() + 16);
+            match window {
+                Some(window) if !super::budget::fits(window, prompt) => {
+                    tracing::info!(
+                        window,
+                        prompt,
+                        "the conversation repair would not fit the context window; repairing in isolation"
+                    );
+                    None
+                }
+                _ => Some(text),
+            }
+        }
+        other => other,
+    };
     match conversation_text {
         Some(text) => {
             // The whole dialogue so far stays, so the model reformats the conclusions it already

@@ -18,7 +18,10 @@
 //!   first in the next user message, and text after them), and empty text blocks, which the API
 //!   rejects, are left out;
 //! - `tools` (`[{name, description, input_schema}]`) and `tool_choice` (`{"type": "auto"}` or
-//!   `{"type": "none"}`) only when the tool list is not empty.
+//!   `{"type": "none"}`) only when the tool list is not empty;
+//! - a JSON Schema decoding constraint (calls without tools only) as one tool whose
+//!   `input_schema` is the contract, forced with `tool_choice: {"type": "tool", name}`: the
+//!   answer is that call's `input`, serialised as the response text.
 //!
 //! # What is read
 //! `content` blocks (`text` concatenated in order; `tool_use` → a tool call whose arguments are
@@ -31,11 +34,11 @@ use reqwest::header::{HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::api::{ApiProvider, WireFormat};
+use super::api::{ApiProvider, ServerFacts, WireFormat};
 use super::classify::Flavor;
 use super::{
-    ChatRequest, ChatResponse, FinishReason, ProviderKind, ProviderSettings, Role, TokenUsage,
-    ToolCall, ToolChoice,
+    ChatRequest, ChatResponse, FinishReason, OutputConstraint, ProviderKind, ProviderSettings,
+    Role, StructuredOutput, TokenUsage, ToolCall, ToolChoice,
 };
 
 /// The Messages API version verdict is written against.
@@ -78,6 +81,28 @@ impl WireFormat for Anthropic {
     fn parse_response(body: &[u8]) -> Result<ChatResponse, String> {
         parse_response(body)
     }
+
+    /// The forced contract tool's call is the answer: its input becomes the text, as an
+    /// OpenAI-compatible server's constrained answer is.
+    fn constrained_answer(request: &ChatRequest, mut response: ChatResponse) -> ChatResponse {
+        let Some(OutputConstraint::JsonSchema { name, .. }) = &request.constraint else {
+            return response;
+        };
+        if let Some(i) = response.tool_calls.iter().position(|c| &c.name == name) {
+            let call = response.tool_calls.remove(i);
+            response.content = call.arguments;
+            response.tool_calls.clear();
+            response.finish = match response.finish {
+                FinishReason::ToolCalls => FinishReason::Stop,
+                other => other,
+            };
+        }
+        response
+    }
+
+    fn auto_mode(_facts: &ServerFacts) -> StructuredOutput {
+        StructuredOutput::Tool
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -90,7 +115,7 @@ pub struct WireRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<Vec<WireTool<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<WireToolChoice>,
+    tool_choice: Option<WireToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
 }
@@ -128,10 +153,17 @@ struct WireTool<'a> {
 }
 
 #[derive(Debug, Serialize)]
-struct WireToolChoice {
+struct WireToolChoice<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
+    /// The tool a `tool` choice forces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
 }
+
+/// What the forced tool of a JSON constraint tells the model.
+const CONTRACT_TOOL_DESCRIPTION: &str =
+    "Give your final answer as this tool's input. Its schema is the output contract.";
 
 /// The request body; `Err` names a conversation this format cannot express (a caller bug).
 fn request_body<'a>(
@@ -177,6 +209,47 @@ fn request_body<'a>(
         }
     }
     let has_tools = !request.tools.is_empty();
+    let (tools, tool_choice) = match &request.constraint {
+        Some(_) if has_tools => {
+            return Err("a decoding constraint was set on a call that offers tools".to_owned());
+        }
+        Some(OutputConstraint::Grammar { .. }) => {
+            return Err(
+                "the Messages API takes no grammar; use structured_output = \"tool\"".to_owned(),
+            );
+        }
+        Some(OutputConstraint::JsonSchema { name, schema }) => (
+            Some(vec![WireTool {
+                name,
+                description: CONTRACT_TOOL_DESCRIPTION,
+                input_schema: schema,
+            }]),
+            Some(WireToolChoice {
+                kind: "tool",
+                name: Some(name),
+            }),
+        ),
+        None => (
+            has_tools.then(|| {
+                request
+                    .tools
+                    .iter()
+                    .map(|t| WireTool {
+                        name: &t.name,
+                        description: &t.description,
+                        input_schema: &t.parameters,
+                    })
+                    .collect()
+            }),
+            has_tools.then_some(WireToolChoice {
+                kind: match request.tool_choice {
+                    ToolChoice::Auto => "auto",
+                    ToolChoice::None => "none",
+                },
+                name: None,
+            }),
+        ),
+    };
     Ok(WireRequest {
         model: &request.model,
         max_tokens: request
@@ -185,23 +258,8 @@ fn request_body<'a>(
             .unwrap_or(DEFAULT_MAX_TOKENS),
         system: (!system.is_empty()).then(|| system.join("\n\n")),
         messages,
-        tools: has_tools.then(|| {
-            request
-                .tools
-                .iter()
-                .map(|t| WireTool {
-                    name: &t.name,
-                    description: &t.description,
-                    input_schema: &t.parameters,
-                })
-                .collect()
-        }),
-        tool_choice: has_tools.then_some(WireToolChoice {
-            kind: match request.tool_choice {
-                ToolChoice::Auto => "auto",
-                ToolChoice::None => "none",
-            },
-        }),
+        tools,
+        tool_choice,
         temperature: request.temperature.or(settings.temperature),
     })
 }

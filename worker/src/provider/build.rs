@@ -185,6 +185,9 @@ pub(crate) fn test_settings(kind: ProviderKind) -> ProviderSettings {
         command: vec!["/bin/true".into()],
         no_tools_flag: None,
         tools_flag: None,
+        structured_output: crate::provider::StructuredOutput::Off,
+        structured_bounds: Default::default(),
+        context_window: None,
     }
 }
 

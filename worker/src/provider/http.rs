@@ -69,6 +69,32 @@ pub fn endpoint(base_url: &str, path: &str) -> Result<Url, String> {
     Url::parse(&url).map_err(|e| e.to_string())
 }
 
+/// The URL of a server endpoint beside the API (llama.cpp's `/props`): `{base}/{path}` with a
+/// trailing version segment of the base removed, so `http://host:8091/v1` gives
+/// `http://host:8091/props`.
+pub fn server_endpoint(base_url: &str, path: &str) -> Result<Url, String> {
+    let api = endpoint(base_url, path)?;
+    let mut url = api.clone();
+    let kept: Vec<String> = api
+        .path_segments()
+        .map(|segments| {
+            let all: Vec<&str> = segments.collect();
+            // `endpoint` put exactly one version segment before `path`; drop it.
+            let cut = all.len().saturating_sub(2);
+            all[..cut].iter().map(|s| (*s).to_owned()).collect()
+        })
+        .unwrap_or_default();
+    url.set_path(&format!("{}/{path}", kept.join("/")).replace("//", "/"));
+    Ok(url)
+}
+
+/// How long a discovery GET may take: a server that does not answer in this is taken as one
+/// that does not say.
+pub const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The largest discovery body read (`/props` is a few KiB, with the chat template).
+const MAX_DISCOVERY_BYTES: usize = 1024 * 1024;
+
 /// One provider's way to POST JSON and get a successful body back, or a classified error.
 #[derive(Debug)]
 pub(crate) struct HttpTransport {
@@ -208,6 +234,35 @@ impl HttpTransport {
         classify::transport_error(&self.provider, error, self.timeout, self.api_key.as_ref())
     }
 
+    /// GETs `url` to learn what the server supports: [`DISCOVERY_TIMEOUT`], abandoned on
+    /// `cancel`, at most [`MAX_DISCOVERY_BYTES`]. Any failure is `None`: a server that does not
+    /// say is treated as one that supports only what its kind always does.
+    pub async fn discover(&self, url: Url, cancel: &CancellationToken) -> Option<Vec<u8>> {
+        let mut request = self.client.get(url).timeout(DISCOVERY_TIMEOUT);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key.expose());
+        }
+        let exchange = async {
+            let mut response = request.send().await.ok()?;
+            if !response.status().is_success() {
+                return None;
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await.ok()? {
+                if body.len() + chunk.len() > MAX_DISCOVERY_BYTES {
+                    return None;
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Some(body)
+        };
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => None,
+            body = exchange => body,
+        }
+    }
+
     /// A 2xx body that is not the expected JSON (see [`classify::malformed_error`]).
     pub fn malformed(&self, received: &Received, problem: &str) -> ProviderError {
         classify::malformed_error(
@@ -271,6 +326,26 @@ mod tests {
         for (base, want) in cases {
             assert_eq!(
                 endpoint(base, "chat/completions").unwrap().as_str(),
+                want,
+                "{base}"
+            );
+        }
+    }
+
+    #[test]
+    fn server_endpoints_sit_beside_the_api() {
+        for (base, want) in [
+            ("http://127.0.0.1:8091", "http://127.0.0.1:8091/props"),
+            ("http://127.0.0.1:8091/v1", "http://127.0.0.1:8091/props"),
+            ("http://127.0.0.1:8091/v1/", "http://127.0.0.1:8091/props"),
+            ("https://gw.example/llama", "https://gw.example/llama/props"),
+            (
+                "https://gw.example/llama/v1",
+                "https://gw.example/llama/props",
+            ),
+        ] {
+            assert_eq!(
+                server_endpoint(base, "props").unwrap().as_str(),
                 want,
                 "{base}"
             );

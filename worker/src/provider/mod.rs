@@ -11,10 +11,11 @@ use tokio_util::sync::CancellationToken;
 use verdict_backends::BoxFuture;
 pub use verdict_backends::secret::Secret;
 pub use verdict_proto::chat::{
-    ChatRequest, ChatResponse, FinishReason, Message, Role, TokenUsage, ToolCall, ToolChoice,
-    ToolDefinition,
+    ChatRequest, ChatResponse, FinishReason, Message, OutputConstraint, Role, TokenUsage, ToolCall,
+    ToolChoice, ToolDefinition,
 };
 use verdict_proto::outcome::FailureKind;
+pub use verdict_proto::structured::{Bounds as StructuredBounds, StructuredOutput};
 
 /// Why a call produced no answer, already classified (SPEC E4). The message never contains a
 /// credential: clients build it from status, error kind and a redacted body excerpt.
@@ -72,6 +73,42 @@ pub trait Provider: Send + Sync + fmt::Debug {
         workdir: Option<&'a std::path::Path>,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>>;
+
+    /// How calls to this provider are held to the contract while decoding, `auto` resolved
+    /// (never [`StructuredOutput::Auto`]): the configured mode, or what the kind supports,
+    /// discovered once from the server where it says. A provider that enforces nothing says
+    /// [`StructuredOutput::Off`].
+    fn structured_output<'a>(
+        &'a self,
+        _cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, StructuredOutput> {
+        Box::pin(async { StructuredOutput::Off })
+    }
+
+    /// The bounds a constraint adds where the contract has none.
+    fn structured_bounds(&self) -> StructuredBounds {
+        StructuredBounds::default()
+    }
+
+    /// The model's context window in tokens: the configured `context_window`, else what the
+    /// server says (llama.cpp's `/props`); `None` when neither says, and calls are not sized.
+    fn context_window<'a>(&'a self, _cancel: &'a CancellationToken) -> BoxFuture<'a, Option<u32>> {
+        Box::pin(async { None })
+    }
+
+    /// The configured output limit of one call (`max_tokens`), if any.
+    fn output_limit(&self) -> Option<u32> {
+        None
+    }
+
+    /// Remembers that this provider refused a decoding constraint for `model` (an HTTP 400
+    /// naming it): later calls for that model go unconstrained.
+    fn refuse_constraint(&self, _model: &str) {}
+
+    /// Whether this provider refused a constraint for `model` before.
+    fn refuses_constraint(&self, _model: &str) -> bool {
+        false
+    }
 }
 
 /// Where an API key comes from; resolved once at start-up.
@@ -153,6 +190,14 @@ pub struct ProviderSettings {
     /// `exec` only: an argument template passed when tools are allowed; `{tools}` becomes the
     /// comma-separated allowlist (e.g. `--tools={tools}`).
     pub tools_flag: Option<String>,
+    /// How answers are held to the contract while decoding (`structured_output`); `auto` is
+    /// resolved per kind (and, for OpenAI-compatible servers, from llama.cpp's `/props`).
+    pub structured_output: StructuredOutput,
+    /// `structured_max_items` / `structured_max_length`: bounds a constraint adds.
+    pub structured_bounds: StructuredBounds,
+    /// The model's context window in tokens (`context_window`); `None`: what the server says,
+    /// if it says.
+    pub context_window: Option<u32>,
 }
 
 pub mod anthropic;

@@ -16,6 +16,10 @@
 //!   llama.cpp therefore need `--jinja`.)
 //! - `temperature` and `max_tokens` when the request or, failing that, the settings give one
 //!   (`max_tokens`, not `max_completion_tokens`: the field every compatible server accepts);
+//! - the request's decoding constraint, on calls without tools only: a JSON Schema as
+//!   `response_format: {type: "json_schema", json_schema: {name, strict: true, schema}}`
+//!   (OpenAI strict structured outputs, vLLM guided decoding, llama.cpp, Ollama), a GBNF grammar
+//!   as the top-level `grammar` field (llama.cpp, which refuses it beside `tools`);
 //! - `Authorization: Bearer <key>` when a key is configured. Nothing is streamed.
 //!
 //! # What is read
@@ -30,12 +34,15 @@ use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::api::{ApiProvider, WireFormat};
+use super::api::{ApiProvider, ServerFacts, WireFormat};
 use super::classify::Flavor;
+use super::http::server_endpoint;
 use super::{
-    ChatRequest, ChatResponse, FinishReason, Message, ProviderKind, ProviderSettings, Role,
-    TokenUsage, ToolCall, ToolChoice,
+    ChatRequest, ChatResponse, FinishReason, Message, OutputConstraint, ProviderKind,
+    ProviderSettings, Role, StructuredOutput, TokenUsage, ToolCall, ToolChoice,
 };
+use tokio_util::sync::CancellationToken;
+use verdict_backends::BoxFuture;
 
 /// The OpenAI chat-completions wire format.
 #[derive(Debug)]
@@ -68,6 +75,52 @@ impl WireFormat for OpenAi {
     fn parse_response(body: &[u8]) -> Result<ChatResponse, String> {
         parse_response(body)
     }
+
+    /// A llama.cpp server says what it is, and its context window, at `/props`; other
+    /// OpenAI-compatible servers answer 404 there.
+    fn discover<'a>(
+        provider: &'a OpenAiProvider,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, ServerFacts> {
+        Box::pin(async move {
+            let Ok(url) = server_endpoint(&provider.settings().base_url, "props") else {
+                return ServerFacts::default();
+            };
+            match provider.http().discover(url, cancel).await {
+                Some(body) => llama_cpp_facts(&body),
+                None => ServerFacts::default(),
+            }
+        })
+    }
+
+    /// Every OpenAI-compatible server named here takes a JSON Schema `response_format`; a
+    /// llama.cpp server also takes a GBNF grammar.
+    fn auto_mode(facts: &ServerFacts) -> StructuredOutput {
+        if facts.llama_cpp {
+            StructuredOutput::Grammar
+        } else {
+            StructuredOutput::JsonSchema
+        }
+    }
+}
+
+/// What a `/props` body says: llama.cpp's holds `default_generation_settings`, with `n_ctx`.
+fn llama_cpp_facts(body: &[u8]) -> ServerFacts {
+    let settings = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("default_generation_settings").cloned())
+        .filter(Value::is_object);
+    match settings {
+        Some(settings) => ServerFacts {
+            llama_cpp: true,
+            context_window: settings
+                .get("n_ctx")
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n > 0),
+        },
+        None => ServerFacts::default(),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -82,6 +135,24 @@ pub struct WireRequest<'a> {
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<WireResponseFormat<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grammar: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireResponseFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    json_schema: WireJsonSchema<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireJsonSchema<'a> {
+    name: &'a str,
+    strict: bool,
+    schema: &'a Value,
 }
 
 #[derive(Debug, Serialize)]
@@ -153,6 +224,24 @@ fn request_body<'a>(
         ToolChoice::Auto => "auto",
         ToolChoice::None => "none",
     });
+    let (response_format, grammar) = match &request.constraint {
+        Some(_) if has_tools => {
+            return Err("a decoding constraint was set on a call that offers tools".to_owned());
+        }
+        Some(OutputConstraint::JsonSchema { name, schema }) => (
+            Some(WireResponseFormat {
+                kind: "json_schema",
+                json_schema: WireJsonSchema {
+                    name,
+                    strict: true,
+                    schema,
+                },
+            }),
+            None,
+        ),
+        Some(OutputConstraint::Grammar { gbnf }) => (None, Some(gbnf.as_str())),
+        None => (None, None),
+    };
     Ok(WireRequest {
         model: &request.model,
         messages,
@@ -160,6 +249,8 @@ fn request_body<'a>(
         tool_choice,
         temperature: request.temperature.or(settings.temperature),
         max_tokens: request.max_tokens.or(settings.max_tokens),
+        response_format,
+        grammar,
     })
 }
 

@@ -103,6 +103,7 @@ pub fn request(stage: StageKind, mode: RepairMode, max: u8, deadline_unix_ms: u6
             mode,
             max_attempts: max,
         },
+        structured_output: None,
         validate: ValidateOptions::default(),
         changed_files: None,
     }

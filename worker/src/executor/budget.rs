@@ -1,0 +1,132 @@
+//! Context budgeting: every call is sized to fit the model's context window — prompt, tool
+//! results and the output it may write, with a margin — so a small local model is never sent a
+//! request its server refuses (`exceed_context_size_error`) or left to run on until the window
+//! is full.
+
+use crate::provider::{ChatRequest, Message, ProviderError};
+use verdict_proto::outcome::FailureKind;
+
+/// The output limit of a call when the provider's window is known and no `max_tokens` is
+/// configured: enough for any contract's answer, small enough that a model that runs on stops.
+pub const DEFAULT_OUTPUT_TOKENS: u32 = 2048;
+
+/// A call that leaves less room than this for the answer is not sent: no contract fits in it.
+pub const MIN_OUTPUT_TOKENS: u32 = 256;
+
+/// The tokens a prompt of these messages (and `extra_bytes` of tool definitions) counts, on the
+/// high side: one token per three bytes of UTF-8 (about four characters of English, one of
+/// Chinese or Japanese) plus four per message for the chat framing.
+pub fn prompt_tokens(messages: &[Message], extra_bytes: usize) -> u64 {
+    let bytes: usize = messages
+        .iter()
+        .map(|m| {
+            m.content.len()
+                + m.tool_call_id.as_ref().map_or(0, String::len)
+                + m.tool_calls
+                    .iter()
+                    .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                    .sum::<usize>()
+        })
+        .sum();
+    let tokens = (bytes + extra_bytes).div_ceil(3) + 4 * messages.len();
+    u64::try_from(tokens).unwrap_or(u64::MAX)
+}
+
+/// Bytes of a request's tool definitions, as they count against the window.
+pub fn tool_bytes(request: &ChatRequest) -> usize {
+    request
+        .tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+        .sum()
+}
+
+/// What is held back from a window besides prompt and output: the estimate's error and the
+/// chat template's own tokens (a sixteenth, at least 64).
+fn margin(window: u32) -> u64 {
+    u64::from((window / 16).max(64))
+}
+
+/// The room left for the answer after a prompt of `prompt` tokens in `window`.
+pub fn room(window: u32, prompt: u64) -> u64 {
+    u64::from(window).saturating_sub(prompt.saturating_add(margin(window)))
+}
+
+/// Whether messages of `prompt` tokens leave the answer at least [`MIN_OUTPUT_TOKENS`].
+pub fn fits(window: u32, prompt: u64) -> bool {
+    room(window, prompt) >= u64::from(MIN_OUTPUT_TOKENS)
+}
+
+/// Sizes `request` to `window`: its `max_tokens` becomes the configured output limit (or
+/// [`DEFAULT_OUTPUT_TOKENS`]) cut to the room the prompt leaves. `Err` when that room is below
+/// [`MIN_OUTPUT_TOKENS`]: the call would be refused or cut off, so it is not sent.
+pub fn size(
+    request: &mut ChatRequest,
+    provider: &str,
+    window: u32,
+    output_limit: Option<u32>,
+) -> Result<(), ProviderError> {
+    let prompt = prompt_tokens(&request.messages, tool_bytes(request));
+    let room = room(window, prompt);
+    if room < u64::from(MIN_OUTPUT_TOKENS) {
+        return Err(ProviderError::new(
+            FailureKind::BadRequest,
+            format!(
+                "provider `{provider}` model `{}`: the prompt (about {prompt} tokens) leaves no room for an answer in the model's context window of {window} tokens; raise context_window (and the server's context size), or lower pipeline.max_diff_bytes_per_reviewer",
+                request.model
+            ),
+        ));
+    }
+    let wanted = request
+        .max_tokens
+        .or(output_limit)
+        .unwrap_or(DEFAULT_OUTPUT_TOKENS);
+    let cut = u32::try_from(room.min(u64::from(wanted))).unwrap_or(wanted);
+    request.max_tokens = Some(cut);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::ToolChoice;
+
+    fn request(user_bytes: usize) -> ChatRequest {
+        ChatRequest {
+            model: "small".into(),
+            messages: vec![Message::system("s"), Message::user("x".repeat(user_bytes))],
+            tools: Vec::new(),
+            tool_choice: ToolChoice::None,
+            temperature: None,
+            max_tokens: None,
+            constraint: None,
+        }
+    }
+
+    #[test]
+    fn the_output_limit_is_cut_to_the_room_the_prompt_leaves() {
+        // 3,000 bytes ≈ 1,001 tokens + 8 of framing; margin 512 of 8,192.
+        let mut r = request(3000);
+        size(&mut r, "local", 8192, None).unwrap();
+        assert_eq!(r.max_tokens, Some(DEFAULT_OUTPUT_TOKENS));
+        let mut r = request(18_000);
+        size(&mut r, "local", 8192, Some(4096)).unwrap();
+        assert_eq!(r.max_tokens, Some(8192 - 6001 - 8 - 512));
+    }
+
+    #[test]
+    fn a_configured_limit_smaller_than_the_room_is_kept() {
+        let mut r = request(300);
+        size(&mut r, "local", 8192, Some(700)).unwrap();
+        assert_eq!(r.max_tokens, Some(700));
+    }
+
+    #[test]
+    fn a_prompt_that_leaves_no_room_is_not_sent_and_the_error_names_the_fix() {
+        let mut r = request(24_000);
+        let e = size(&mut r, "local", 8192, None).unwrap_err();
+        assert_eq!(e.kind, FailureKind::BadRequest);
+        assert!(e.message.contains("context_window"), "{e}");
+        assert!(!fits(8192, 8000) && fits(8192, 7000));
+    }
+}
