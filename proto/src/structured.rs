@@ -73,8 +73,10 @@ impl Default for Bounds {
 }
 
 /// The constraint for `protocol` under a resolved `mode` (never [`StructuredOutput::Auto`]),
-/// or `None` when the mode cannot express this protocol. `lines`, when given, narrows an
-/// envelope's finding locations to the diff's commentable lines.
+/// or `None` when the mode cannot express this protocol. `lines`, when given (the stage's
+/// diff), narrows what the answer may name to the change: an envelope's finding locations to
+/// the diff's commentable lines, a JSON contract's paths to the changed files (and a summary's
+/// `files` to each changed file exactly once, where the dialect can say so).
 pub fn constraint(
     protocol: ProtocolId,
     mode: StructuredOutput,
@@ -82,9 +84,14 @@ pub fn constraint(
     lines: Option<&CommentableLines>,
 ) -> Option<OutputConstraint> {
     let json = |dialect| {
-        decoding_schema(protocol, dialect, bounds).map(|schema| OutputConstraint::JsonSchema {
-            name: schema_name(protocol),
-            schema,
+        decoding_schema(protocol, dialect, bounds).map(|mut schema| {
+            if let Some(lines) = lines {
+                narrow(protocol, dialect, &mut schema, lines);
+            }
+            OutputConstraint::JsonSchema {
+                name: schema_name(protocol),
+                schema,
+            }
         })
     };
     match (mode, protocol.family()) {
@@ -153,6 +160,88 @@ pub fn decoding_schema(
         .cloned()
         .unwrap_or_default();
     Some(reduce(schema, &defs, dialect, bounds, 0))
+}
+
+/// More changed files than this and a schema is not narrowed to them: the enumeration would
+/// outgrow what it saves.
+const MAX_NARROWED_FILES: usize = 64;
+
+/// Narrows a reduced schema to the change: paths become the changed files. llama.cpp also
+/// takes `prefixItems` (a tuple), so there a summary lists every changed file exactly once, in diff order
+/// (the contract's "each path once", which no keyword of the other dialects can say).
+fn narrow(
+    protocol: ProtocolId,
+    dialect: SchemaDialect,
+    schema: &mut Value,
+    lines: &CommentableLines,
+) {
+    let paths: Vec<Value> = lines
+        .files
+        .iter()
+        .map(|f| Value::from(f.path.clone()))
+        .collect();
+    if paths.is_empty() || paths.len() > MAX_NARROWED_FILES {
+        return;
+    }
+    let n = paths.len();
+    let one_of = |nullable: bool| {
+        let mut options = paths.clone();
+        if nullable {
+            options.push(Value::Null);
+        }
+        serde_json::json!({ "enum": options })
+    };
+    match protocol {
+        ProtocolId::Summary => {
+            let Some(files) = schema.pointer_mut("/properties/files") else {
+                return;
+            };
+            let Some(item) = files.get("items").cloned() else {
+                return;
+            };
+            if dialect == SchemaDialect::LlamaCpp {
+                let prefix: Vec<Value> = paths
+                    .iter()
+                    .map(|p| {
+                        let mut one = item.clone();
+                        if let Some(path) = one.pointer_mut("/properties/path") {
+                            *path = serde_json::json!({ "const": p });
+                        }
+                        one
+                    })
+                    .collect();
+                // A tuple of exactly these items: llama.cpp refuses `items: false`, and allows
+                // more items after `prefixItems` unless `maxItems` says otherwise.
+                if let Some(map) = files.as_object_mut() {
+                    map.remove("items");
+                    map.insert("prefixItems".to_owned(), Value::Array(prefix));
+                    map.insert("minItems".to_owned(), Value::from(n));
+                    map.insert("maxItems".to_owned(), Value::from(n));
+                }
+            } else {
+                if let Some(path) = files.pointer_mut("/items/properties/path") {
+                    *path = one_of(false);
+                }
+                if let Some(map) = files.as_object_mut() {
+                    map.insert("maxItems".to_owned(), Value::from(n));
+                }
+            }
+        }
+        ProtocolId::Reviewer => {
+            if let Some(file) = schema.pointer_mut("/properties/findings/items/properties/file") {
+                *file = one_of(true);
+            }
+            if let Some(reviewed) = schema.pointer_mut("/properties/files_reviewed") {
+                if let Some(items) = reviewed.get_mut("items") {
+                    *items = one_of(false);
+                }
+                if let Some(map) = reviewed.as_object_mut() {
+                    map.insert("maxItems".to_owned(), Value::from(n));
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Deeper than any contract nests; a guard against a recursive `$ref`, never reached.

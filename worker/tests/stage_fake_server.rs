@@ -1023,3 +1023,27 @@ async fn a_prompt_that_cannot_fit_the_window_is_not_sent_and_the_failure_names_t
         "nothing is sent that the server would refuse"
     );
 }
+
+#[tokio::test]
+async fn constraints_name_only_the_files_of_the_stages_diff() {
+    let e = structured_env(
+        StructuredOutput::JsonSchema,
+        Script::new([Behaviour::text(REVIEWER_ANSWER)]),
+    )
+    .await;
+    let x = run(&e, &request(StageKind::Reviewer, false, LONG)).await;
+    assert!(
+        matches!(x.result.outcome, StageOutcome::Ok { .. }),
+        "{:?}",
+        x.result.outcome
+    );
+    let schema = &e.fake.requests_for(MODEL)[0].body["response_format"]["json_schema"]["schema"];
+    assert_eq!(
+        schema["properties"]["findings"]["items"]["properties"]["file"]["enum"],
+        json!(["src/lib.rs", null])
+    );
+    assert_eq!(
+        schema["properties"]["files_reviewed"]["items"]["enum"],
+        json!(["src/lib.rs"])
+    );
+}

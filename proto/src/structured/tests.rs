@@ -257,3 +257,39 @@ fn each_mode_constrains_what_it_can_express_and_nothing_else() {
         "verdict_issue_analysis"
     );
 }
+
+#[test]
+fn a_json_contract_narrowed_to_a_diff_names_only_its_files_and_llama_cpp_lists_each_once() {
+    let lines = diff_lines();
+    let b = Bounds::default();
+    let schema = |p, m| match constraint(p, m, b, Some(&lines)) {
+        Some(OutputConstraint::JsonSchema { schema, .. }) => schema,
+        other => panic!("{other:?}"),
+    };
+    let llama = schema(ProtocolId::Summary, StructuredOutput::Grammar);
+    let files = &llama["properties"]["files"];
+    assert!(files.get("items").is_none(), "{files}");
+    assert_eq!(
+        (files["minItems"].clone(), files["maxItems"].clone()),
+        (Value::from(3), Value::from(3))
+    );
+    let consts: Vec<&Value> = files["prefixItems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| &f["properties"]["path"]["const"])
+        .collect();
+    assert_eq!(consts, vec!["src/lib.rs", ".github/ci.yml", "docs/<a>.md"]);
+
+    let strict = schema(ProtocolId::Summary, StructuredOutput::JsonSchema);
+    assert_eq!(
+        strict["properties"]["files"]["items"]["properties"]["path"]["enum"],
+        serde_json::json!(["src/lib.rs", ".github/ci.yml", "docs/<a>.md"])
+    );
+    let reviewer = schema(ProtocolId::Reviewer, StructuredOutput::Tool);
+    assert_eq!(
+        reviewer["properties"]["findings"]["items"]["properties"]["file"]["enum"],
+        serde_json::json!(["src/lib.rs", ".github/ci.yml", "docs/<a>.md", null])
+    );
+    assert_eq!(reviewer["properties"]["files_reviewed"]["maxItems"], 3);
+}

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::tools::{SnapshotTree, ToolBox};
 use verdict_backends::repo::Snapshot;
+use verdict_proto::diff::CommentableLines;
 
 pub(super) struct CallContext<'a> {
     pub deps: &'a ExecutorDeps,
@@ -27,6 +28,9 @@ pub(super) struct CallContext<'a> {
     pub toolbox: Option<ToolBox>,
     /// The snapshot as grounding reads it, when the stage's answers have located findings.
     pub tree: Option<Arc<SnapshotTree>>,
+    /// The commentable lines of the stage's diff input, when it has one: decoding constraints
+    /// name only the change's files and lines.
+    pub diff_lines: Option<CommentableLines>,
 }
 
 impl CallContext<'_> {

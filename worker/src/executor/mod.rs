@@ -108,6 +108,12 @@ impl ProviderRegistry {
     }
 }
 
+/// The name of an input holding a stage's whole unified diff.
+pub const DIFF_INPUT: &str = "diff";
+/// The prefix of the inputs holding one file's diff each (`diff of src/lib.rs`), as the
+/// scheduler's pipeline names them.
+pub const DIFF_OF_FILE_INPUT: &str = "diff of ";
+
 /// The backends an executor talks to.
 #[derive(Debug, Clone)]
 pub struct ExecutorDeps {
@@ -419,6 +425,15 @@ impl StageExecutor {
         }
 
         let tree = ground::tree_for(request.protocol, snapshot.as_ref());
+        // The diff, as the pipeline names it (whole, or one input per file), tells the
+        // constraints what the change touches.
+        let diff_text: Vec<&str> = inputs
+            .iter()
+            .filter(|i| i.name == DIFF_INPUT || i.name.starts_with(DIFF_OF_FILE_INPUT))
+            .map(|i| i.text.as_str())
+            .collect();
+        let diff_lines = Some(verdict_proto::diff::parse(&diff_text.join("\n")).commentable())
+            .filter(|lines| !lines.files.is_empty());
         let mut ctx = CallContext {
             deps: &self.deps,
             settings: &self.settings,
@@ -428,6 +443,7 @@ impl StageExecutor {
             snapshot,
             toolbox,
             tree,
+            diff_lines,
         };
         let deadline = SoftDeadline::new(request.deadline_unix_ms);
         let mut conv = Conversation::new(messages, boundary, deadline, transcript);
