@@ -18,7 +18,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // a benchmark harness: a panic is a failed run, and its report goes to stdout
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +33,7 @@ use verdict_proto::wire::{
     InputContent, InputRef, Priority, RepairPolicy, StageKind, StageRequest, WIRE_VERSION,
 };
 use verdict_proto::{DiagnosticCode, Language, ValidateOptions};
+use verdict_testkit::LocalModel;
 use verdict_worker::executor::{ExecutorDeps, ExecutorSettings, ProviderRegistry, StageExecutor};
 use verdict_worker::metrics::WorkerMetrics;
 use verdict_worker::provider::{ProviderKind, ProviderSettings, build};
@@ -109,47 +109,6 @@ fn args() -> Args {
         }
     }
     a
-}
-
-fn llm_paths() -> (String, String) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new(root.join("ops/bin/llm"))
-        .arg("paths")
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run ops/bin/llm paths");
-    assert!(out.status.success(), "ops/bin/llm paths failed");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut lines = text.lines();
-    (
-        lines.next().unwrap().to_owned(),
-        lines.next().unwrap().to_owned(),
-    )
-}
-
-async fn wait_healthy(port: u16, child: &mut tokio::process::Child) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the local model server exited with {status}");
-        }
-        let ok = client
-            .get(format!("http://127.0.0.1:{port}/health"))
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        if ok {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the server did not become healthy"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn inline(name: &str, text: &str) -> InputRef {
@@ -273,29 +232,9 @@ fn executor(base_url: &str, mode: StructuredOutput, max_tokens: u32) -> StageExe
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let a = args();
-    let (server, model) = tokio::task::spawn_blocking(llm_paths).await.unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = tokio::process::Command::new(&server)
-        .args([
-            "-m",
-            &model,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-        ])
-        .args(["-t", "1", "-c", "8192", "--no-webui"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the local model server");
-    wait_healthy(port, &mut child).await;
-    let base_url = format!("http://127.0.0.1:{port}");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let server = LocalModel::start(Path::new(env!("CARGO_MANIFEST_DIR")), 8192).await;
+    let base_url = server.base_url();
 
     let mut rows: Vec<(StructuredOutput, StageKind, Tally)> = Vec::new();
     for &mode in &a.modes {
@@ -357,7 +296,7 @@ async fn main() {
             rows.push((mode, stage, t));
         }
     }
-    let _ = child.kill().await;
+    server.stop().await;
 
     let mut md = format!(
         "Local model: SmolLM2-135M-Instruct (BF16) on llama.cpp, one thread, 8,192-token context; {} tries per stage and mode, at most {} output tokens per call, {} repair rounds, bounds of {} items and {} characters ({} lines of envelope text).\n\n",

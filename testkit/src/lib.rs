@@ -34,6 +34,7 @@
 
 mod anthropic;
 pub mod github;
+pub mod local_model;
 mod openai;
 pub mod record;
 pub mod script;
@@ -41,6 +42,7 @@ pub mod server;
 mod wire;
 
 pub use github::FakeGitHub;
+pub use local_model::LocalModel;
 pub use record::{Answer, RecordedRequest, WaitTimeout};
 pub use script::{Behaviour, Finish, Latency, Reply, Script, ScriptedToolCall, ToolArguments};
 pub use server::FakeProvider;

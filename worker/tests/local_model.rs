@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,95 +22,23 @@ use verdict_proto::wire::{
     WIRE_VERSION,
 };
 use verdict_proto::{Language, ProtocolId, ValidateOptions, validate};
+use verdict_testkit::LocalModel;
 use verdict_worker::executor::{ExecutorDeps, ExecutorSettings, ProviderRegistry, StageExecutor};
 use verdict_worker::metrics::WorkerMetrics;
 use verdict_worker::provider::{ProviderKind, ProviderSettings, build};
 
 const DIFF: &str = "diff --git a/src/stack.rs b/src/stack.rs\n--- a/src/stack.rs\n+++ b/src/stack.rs\n@@ -1,8 +1,12 @@\n pub struct Stack { items: Vec<i32> }\n \n impl Stack {\n     pub fn push(&mut self, v: i32) { self.items.push(v); }\n-    pub fn pop(&mut self) -> Option<i32> { self.items.pop() }\n+    pub fn pop(&mut self) -> i32 {\n+        let last = self.items[self.items.len() - 1];\n+        self.items.truncate(self.items.len() - 1);\n+        last\n+    }\n }\n";
 
-/// Installs the model if needed (idempotent) and returns (server binary, model file).
-fn llm_paths() -> (String, String) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = std::process::Command::new(root.join("ops/bin/llm"))
-        .arg("paths")
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run ops/bin/llm paths");
-    assert!(
-        out.status.success(),
-        "ops/bin/llm paths failed: install the local model with `ops/bin/llm install`"
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut lines = text.lines();
-    (
-        lines.next().unwrap().to_owned(),
-        lines.next().unwrap().to_owned(),
-    )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Polls /health until the server answers, with a deadline (the model loads in a few seconds).
-async fn wait_healthy(port: u16, child: &mut tokio::process::Child) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the local model server exited with {status} before becoming healthy");
-        }
-        let ok = client
-            .get(format!("http://127.0.0.1:{port}/health"))
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        if ok {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the local model server did not become healthy within 90 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_review_stage_on_the_real_local_model_ends_classified() {
-    let (server, model) = tokio::task::spawn_blocking(llm_paths).await.unwrap();
-    let port = free_port();
-    let mut child = tokio::process::Command::new(&server)
-        .args([
-            "-m",
-            &model,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "-t",
-            "1",
-            "-c",
-            "8192",
-            "--no-webui",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the local model server");
-    wait_healthy(port, &mut child).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let server = LocalModel::start(&root, 8192).await;
 
     let settings = ProviderSettings {
         name: "local".into(),
         kind: ProviderKind::Openai,
-        base_url: format!("http://127.0.0.1:{port}"),
+        base_url: server.base_url(),
         api_key: None,
         model: "smollm2".into(),
         timeout: Duration::from_secs(180),
