@@ -325,10 +325,9 @@ async fn constraint_for(ctx: &CallContext<'_>, model: &str) -> Option<OutputCons
 }
 
 /// Words a provider's refusal of a constraint names (OpenAI `response_format`, llama.cpp's
-/// grammar and schema errors, Anthropic's `tool_choice`).
-const CONSTRAINT_WORDS: [&str; 6] = [
+/// grammar and schema errors — `json_schema` among them —, Anthropic's `tool_choice`).
+const CONSTRAINT_WORDS: [&str; 5] = [
     "response_format",
-    "json_schema",
     "schema",
     "grammar",
     "tool_choice",
