@@ -31,6 +31,7 @@ use verdict_proto::repair::RepairMode;
 use verdict_proto::structured::{Bounds, StructuredOutput};
 use verdict_proto::wire::{
     InputContent, InputRef, Priority, RepairPolicy, StageKind, StageRequest, WIRE_VERSION,
+    input_name,
 };
 use verdict_proto::{DiagnosticCode, Language, ValidateOptions};
 use verdict_testkit::LocalModel;
@@ -125,7 +126,7 @@ fn inputs(stage: StageKind) -> Vec<InputRef> {
             "pull request title",
             "Make Stack::pop return the value directly",
         ),
-        inline("diff", DIFF),
+        inline(input_name::DIFF, DIFF),
     ];
     if stage == StageKind::Validator {
         v.push(inline(
@@ -133,7 +134,7 @@ fn inputs(stage: StageKind) -> Vec<InputRef> {
             &json!({"summary": "Stack::pop now returns the last value instead of an Option.", "change_type": "refactor", "risk": "medium", "files": [{"path": "src/stack.rs", "summary": "pop indexes the last item"}], "focus_areas": ["empty stack"]}).to_string(),
         ));
         v.push(inline(
-            "candidate findings (validate each id)",
+            input_name::CANDIDATES,
             &json!([{"id": "F1", "finding": {"severity": "major", "file": "src/stack.rs", "start_line": 6, "end_line": 6, "title": "pop panics on an empty stack", "description": "items.len() - 1 underflows when the stack is empty.", "suggestion": null, "confidence": 0.9}, "raised_by": ["reviewer-1"]}]).to_string(),
         ));
     }

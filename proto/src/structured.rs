@@ -8,7 +8,9 @@
 use serde_json::{Map, Value};
 
 use crate::chat::OutputConstraint;
-use crate::contracts::{JsonContract, ReviewerReport, Summary, Triage, ValidatorReport};
+use crate::contracts::{
+    JsonContract, ReviewerReport, Summary, Triage, ValidatorReport, VerdictKind,
+};
 use crate::diff::CommentableLines;
 use crate::envelope::grammar::{self, EnvelopeBounds};
 use crate::names::string_enum;
@@ -72,21 +74,36 @@ impl Default for Bounds {
     }
 }
 
+/// What a stage's inputs say the answer may name, read by the worker from the inputs the
+/// pipeline gives (see [`crate::wire::input_name`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Scope<'a> {
+    /// The stage's diff: an envelope's finding locations narrow to its commentable lines, a JSON
+    /// contract's paths to its files.
+    pub lines: Option<&'a CommentableLines>,
+    /// The candidate findings' ids a validator is given, in order.
+    pub finding_ids: &'a [String],
+}
+
 /// The constraint for `protocol` under a resolved `mode` (never [`StructuredOutput::Auto`]),
-/// or `None` when the mode cannot express this protocol. `lines`, when given (the stage's
-/// diff), narrows what the answer may name to the change: an envelope's finding locations to
-/// the diff's commentable lines, a JSON contract's paths to the changed files (and a summary's
-/// `files` to each changed file exactly once, where the dialect can say so).
+/// or `None` when the mode cannot express this protocol. `scope` narrows what the answer may
+/// name to the stage's inputs: an envelope's finding locations to the diff's commentable
+/// lines, a JSON contract's paths to the changed files (and a summary's `files` to each changed
+/// file exactly once, where the dialect can say so), a validator's ids to the candidates'.
 pub fn constraint(
     protocol: ProtocolId,
     mode: StructuredOutput,
     bounds: Bounds,
-    lines: Option<&CommentableLines>,
+    scope: Scope<'_>,
 ) -> Option<OutputConstraint> {
+    let lines = scope.lines;
     let json = |dialect| {
         decoding_schema(protocol, dialect, bounds).map(|mut schema| {
             if let Some(lines) = lines {
                 narrow(protocol, dialect, &mut schema, lines);
+            }
+            if protocol == ProtocolId::Validator {
+                narrow_ids(dialect, &mut schema, scope.finding_ids);
             }
             OutputConstraint::JsonSchema {
                 name: schema_name(protocol),
@@ -159,7 +176,160 @@ pub fn decoding_schema(
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    Some(reduce(schema, &defs, dialect, bounds, 0))
+    let mut reduced = reduce(schema, &defs, dialect, bounds, 0);
+    split_by_rules(protocol, &mut reduced);
+    Some(reduced)
+}
+
+/// The contracts' cross-field rules as alternatives a decoder can enforce: a model that has
+/// written `"verdict": "rejected"` can then only write `"severity": null`, and one that has
+/// written `"file": null` only null lines and quote. The order of properties is the order of
+/// writing, so the deciding field always comes first.
+fn split_by_rules(protocol: ProtocolId, schema: &mut Value) {
+    let (pointer, split): (&str, fn(&Value) -> Vec<Value>) = match protocol {
+        ProtocolId::Validator => ("/properties/verdicts/items", split_verdict),
+        ProtocolId::Reviewer => ("/properties/findings/items", split_finding),
+        _ => return,
+    };
+    if let Some(item) = schema.pointer_mut(pointer) {
+        let variants = split(item);
+        if !variants.is_empty() {
+            *item = serde_json::json!({ "anyOf": variants });
+        }
+    }
+}
+
+/// A confirmed verdict (any severity or null) or a rejected one (severity null).
+fn split_verdict(item: &Value) -> Vec<Value> {
+    let variant = |verdict: &str, severity: Option<Value>| {
+        let mut v = item.clone();
+        set_property(&mut v, "verdict", enum_of(&[verdict]));
+        if let Some(severity) = severity {
+            set_property(&mut v, "severity", severity);
+        }
+        v
+    };
+    vec![
+        variant(VerdictKind::Confirmed.as_str(), None),
+        variant(VerdictKind::Rejected.as_str(), Some(null_schema())),
+    ]
+}
+
+/// A finding at a file (its path and both lines, a quote or null) or about the change as a
+/// whole (file, lines and quote null).
+fn split_finding(item: &Value) -> Vec<Value> {
+    let mut at_file = item.clone();
+    for key in ["file", "start_line", "end_line"] {
+        if let Some(node) = item.pointer(&format!("/properties/{key}")) {
+            set_property(&mut at_file, key, non_null(node));
+        }
+    }
+    let mut whole_change = item.clone();
+    for key in ["file", "start_line", "end_line", "quote"] {
+        set_property(&mut whole_change, key, null_schema());
+    }
+    vec![at_file, whole_change]
+}
+
+fn set_property(object: &mut Value, key: &str, schema: Value) {
+    if let Some(slot) = object.pointer_mut(&format!("/properties/{key}")) {
+        *slot = schema;
+    }
+}
+
+fn enum_of(values: &[&str]) -> Value {
+    serde_json::json!({ "type": "string", "enum": values })
+}
+
+fn null_schema() -> Value {
+    serde_json::json!({ "type": "null" })
+}
+
+/// `node` without its null alternative: a nullable type (`["integer", "null"]`) as the type
+/// alone, or the option of an `anyOf` that is not `{"type": "null"}` with the node's
+/// description kept.
+fn non_null(node: &Value) -> Value {
+    if let Some(Value::Array(types)) = node.get("type") {
+        let kept: Vec<&Value> = types
+            .iter()
+            .filter(|t| t.as_str() != Some("null"))
+            .collect();
+        let mut out = node.clone();
+        if let (Some(map), [only]) = (out.as_object_mut(), kept.as_slice()) {
+            map.insert("type".to_owned(), (*only).clone());
+        }
+        return out;
+    }
+    let Some(options) = node.get("anyOf").and_then(Value::as_array) else {
+        return node.clone();
+    };
+    let mut kept: Vec<&Value> = options.iter().filter(|o| **o != null_schema()).collect();
+    match (kept.len(), kept.pop()) {
+        (1, Some(only)) => {
+            let mut out = only.clone();
+            if let (Some(map), Some(d)) = (out.as_object_mut(), node.get("description")) {
+                map.entry("description").or_insert(d.clone());
+            }
+            out
+        }
+        _ => node.clone(),
+    }
+}
+
+/// The alternatives of an item split by [`split_by_rules`], or the item itself.
+fn variants_mut(item: &mut Value) -> Vec<&mut Value> {
+    if item.get("anyOf").is_some() {
+        match item.get_mut("anyOf").and_then(Value::as_array_mut) {
+            Some(options) => options.iter_mut().collect(),
+            None => Vec::new(),
+        }
+    } else {
+        vec![item]
+    }
+}
+
+/// Narrows a validator's schema to the candidates it is given: their ids only, at most one
+/// verdict each; on llama.cpp, one verdict per id in the given order (a tuple, as a summary's
+/// files).
+fn narrow_ids(dialect: SchemaDialect, schema: &mut Value, ids: &[String]) {
+    if ids.is_empty() || ids.len() > MAX_NARROWED_FILES {
+        return;
+    }
+    let Some(verdicts) = schema.pointer_mut("/properties/verdicts") else {
+        return;
+    };
+    let n = ids.len();
+    if dialect == SchemaDialect::LlamaCpp {
+        let Some(item) = verdicts.get("items").cloned() else {
+            return;
+        };
+        let prefix: Vec<Value> = ids
+            .iter()
+            .map(|id| {
+                let mut one = item.clone();
+                for variant in variants_mut(&mut one) {
+                    set_property(variant, "id", serde_json::json!({ "const": id }));
+                }
+                one
+            })
+            .collect();
+        if let Some(map) = verdicts.as_object_mut() {
+            map.remove("items");
+            map.insert("prefixItems".to_owned(), Value::Array(prefix));
+            map.insert("minItems".to_owned(), Value::from(n));
+            map.insert("maxItems".to_owned(), Value::from(n));
+        }
+    } else {
+        let allowed = serde_json::json!({ "type": "string", "enum": ids });
+        if let Some(item) = verdicts.get_mut("items") {
+            for variant in variants_mut(item) {
+                set_property(variant, "id", allowed.clone());
+            }
+        }
+        if let Some(map) = verdicts.as_object_mut() {
+            map.insert("maxItems".to_owned(), Value::from(n));
+        }
+    }
 }
 
 /// More changed files than this and a schema is not narrowed to them: the enumeration would
@@ -228,8 +398,21 @@ fn narrow(
             }
         }
         ProtocolId::Reviewer => {
-            if let Some(file) = schema.pointer_mut("/properties/findings/items/properties/file") {
-                *file = one_of(true);
+            if let Some(item) = schema.pointer_mut("/properties/findings/items") {
+                for variant in variants_mut(item) {
+                    // The alternative about the whole change keeps its null file.
+                    let nullable = match variant
+                        .pointer("/properties/file")
+                        .and_then(Value::as_object)
+                    {
+                        Some(file) if file.get("type").and_then(Value::as_str) == Some("null") => {
+                            continue;
+                        }
+                        Some(file) => has_type(file, "null"),
+                        None => continue,
+                    };
+                    set_property(variant, "file", one_of(nullable));
+                }
             }
             if let Some(reviewed) = schema.pointer_mut("/properties/files_reviewed") {
                 if let Some(items) = reviewed.get_mut("items") {

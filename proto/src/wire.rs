@@ -112,6 +112,17 @@ pub struct RepositoryRef {
     pub base: Option<String>,
 }
 
+/// The names of the inputs whose content the worker reads for more than the prompt: the
+/// pipeline names them, the worker narrows decoding constraints by them.
+pub mod input_name {
+    /// An input holding a stage's whole unified diff.
+    pub const DIFF: &str = "diff";
+    /// The prefix of the inputs holding one file's diff each (`diff of src/lib.rs`).
+    pub const DIFF_OF_FILE: &str = "diff of ";
+    /// The validator's candidate findings, a JSON array of objects with an `id` each.
+    pub const CANDIDATES: &str = "candidate findings (validate each id)";
+}
+
 /// One named input of a stage: small ones inline, large ones (diffs) stored once by content hash
 /// and referenced, never copied into messages.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

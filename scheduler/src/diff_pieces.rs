@@ -4,7 +4,7 @@
 
 use verdict_backends::store::InputStore;
 use verdict_proto::diff;
-use verdict_proto::wire::{InputContent, InputRef};
+use verdict_proto::wire::{InputContent, InputRef, input_name};
 
 use crate::document::{Coverage, NotReviewed};
 use crate::task::DiffFile;
@@ -62,7 +62,7 @@ pub async fn prepare(
             path,
             bytes: piece.len(),
             input: InputRef {
-                name: "diff".to_owned(),
+                name: input_name::DIFF.to_owned(),
                 content: InputContent::Stored {
                     sha256: hash,
                     bytes: piece.len() as u64,

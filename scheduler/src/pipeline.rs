@@ -15,7 +15,7 @@ use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::review::Review;
 use verdict_proto::wire::{
     EventType, InputContent, InputRef, RepairPolicy, StageKind, StageRequest, StageResult, Tool,
-    WIRE_VERSION,
+    WIRE_VERSION, input_name,
 };
 use verdict_proto::{Language, ValidateOptions};
 
@@ -409,7 +409,7 @@ fn after_reviewer(task: &mut TaskRecord, outcome: &StageOutcome, now: u64, fx: &
         summary_json_of(task),
     ));
     inputs.push(inline(
-        "candidate findings (validate each id)",
+        input_name::CANDIDATES,
         serde_json::to_string_pretty(&candidates).unwrap_or_default(),
     ));
     let mentioned: Vec<usize> = (0..task.inputs.diff_files.len())
@@ -976,7 +976,7 @@ fn base_inputs(task: &TaskRecord) -> Vec<InputRef> {
 fn file_input(task: &TaskRecord, i: usize) -> InputRef {
     let f = &task.inputs.diff_files[i];
     InputRef {
-        name: format!("diff of {}", f.path),
+        name: format!("{}{}", input_name::DIFF_OF_FILE, f.path),
         content: f.input.content.clone(),
     }
 }

@@ -596,6 +596,9 @@ async fn a_service_rejection_is_a_400_naming_the_field() {
 async fn serve_scheduler() -> Server {
     use verdict_backends::repo::MemoryRepositorySource;
 
+    // Every server helper installs the provider its client needs: tests run one per process
+    // under nextest, so none can count on another having done it.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let repositories = Arc::new(MemoryRepositorySource::new());
     repositories.insert_revision(REPO_URL, "HEAD", HEAD_COMMIT);
     repositories.insert(

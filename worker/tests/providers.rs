@@ -777,7 +777,7 @@ fn contract(
     protocol: verdict_proto::ProtocolId,
     mode: StructuredOutput,
 ) -> verdict_worker::provider::OutputConstraint {
-    verdict_proto::structured::constraint(protocol, mode, Default::default(), None)
+    verdict_proto::structured::constraint(protocol, mode, Default::default(), Default::default())
         .expect("this mode expresses this protocol")
 }
 
@@ -804,10 +804,17 @@ async fn openai_sends_a_json_constraint_as_a_strict_response_format_and_a_gramma
         schema.get("$defs").is_none(),
         "references are inlined: {schema}"
     );
+    let at_file = &schema["properties"]["findings"]["items"]["anyOf"][0];
     assert_eq!(
-        schema["properties"]["findings"]["items"]["properties"]["severity"]["enum"],
+        at_file["properties"]["severity"]["enum"],
         json!(["critical", "major", "minor", "suggestion"])
     );
+    // Sent in reading order: a grammar-based server makes the model write properties in the
+    // order they arrive, so severity comes before confidence, not alphabetically after it.
+    let raw = &seen.raw_body;
+    let at = |key: &str| raw.find(&format!("\"{key}\":{{")).unwrap_or(usize::MAX);
+    assert!(at("severity") < at("confidence"), "{raw}");
+    assert!(at("title") < at("description"), "{raw}");
     assert!(seen.body.get("grammar").is_none());
     assert!(seen.body.get("tools").is_none());
 

@@ -1038,10 +1038,12 @@ async fn constraints_name_only_the_files_of_the_stages_diff() {
         x.result.outcome
     );
     let schema = &e.fake.requests_for(MODEL)[0].body["response_format"]["json_schema"]["schema"];
+    let finding = &schema["properties"]["findings"]["items"]["anyOf"];
     assert_eq!(
-        schema["properties"]["findings"]["items"]["properties"]["file"]["enum"],
-        json!(["src/lib.rs", null])
+        finding[0]["properties"]["file"]["enum"],
+        json!(["src/lib.rs"])
     );
+    assert_eq!(finding[1]["properties"]["file"], json!({"type": "null"}));
     assert_eq!(
         schema["properties"]["files_reviewed"]["items"]["enum"],
         json!(["src/lib.rs"])

@@ -108,43 +108,111 @@ const KEY_ORDER: &[&str] = &[
     "$defs",
 ];
 
+/// The keys of a map inside a schema in reading order (see [`schema_json`]).
+fn ordered_keys<'m>(map: &'m serde_json::Map<String, Value>, shape: Shape<'_>) -> Vec<&'m String> {
+    let mut keys: Vec<&String> = map.keys().collect();
+    match shape {
+        Shape::Schema => keys.sort_by_key(|k| {
+            KEY_ORDER
+                .iter()
+                .position(|o| o == k)
+                .unwrap_or(KEY_ORDER.len())
+        }),
+        Shape::Properties(required) => keys.sort_by_key(|k| {
+            required
+                .iter()
+                .position(|r| r.as_str() == Some(k.as_str()))
+                .unwrap_or(required.len())
+        }),
+        Shape::Definitions | Shape::Plain => {}
+    }
+    keys
+}
+
+/// What the value under `key` of a `shape` map is.
+fn child_shape<'m>(
+    map: &'m serde_json::Map<String, Value>,
+    shape: Shape<'_>,
+    key: &str,
+) -> Shape<'m> {
+    match (shape, key) {
+        (Shape::Schema, "properties") => Shape::Properties(
+            map.get("required")
+                .and_then(Value::as_array)
+                .map_or(&[], Vec::as_slice),
+        ),
+        (Shape::Schema, "$defs") => Shape::Definitions,
+        (Shape::Schema, "items" | "anyOf" | "oneOf" | "allOf" | "prefixItems")
+        | (Shape::Properties(_) | Shape::Definitions, _) => Shape::Schema,
+        _ => Shape::Plain,
+    }
+}
+
+/// What the items of an array in a `shape` position are.
+fn item_shape(shape: Shape<'_>) -> Shape<'static> {
+    match shape {
+        Shape::Schema => Shape::Schema,
+        _ => Shape::Plain,
+    }
+}
+
+/// A schema that serialises in reading order, properties in declaration order. A decoding
+/// constraint is sent so: grammar-based servers (llama.cpp) make the model write properties in
+/// the order the schema lists them, and a sorted map would have it write `confidence` before
+/// `severity`, a verdict's `severity` before the `verdict` it depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct InReadingOrder<'a>(pub &'a Value);
+
+impl serde::Serialize for InReadingOrder<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Shaped(self.0, Shape::Schema).serialize(serializer)
+    }
+}
+
+struct Shaped<'a>(&'a Value, Shape<'a>);
+
+impl serde::Serialize for Shaped<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        let Shaped(value, shape) = *self;
+        match value {
+            Value::Object(map) => {
+                let mut out = serializer.serialize_map(Some(map.len()))?;
+                for key in ordered_keys(map, shape) {
+                    out.serialize_entry(
+                        key,
+                        &Shaped(&map[key.as_str()], child_shape(map, shape, key)),
+                    )?;
+                }
+                out.end()
+            }
+            Value::Array(items) => {
+                let mut out = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    out.serialize_element(&Shaped(item, item_shape(shape)))?;
+                }
+                out.end()
+            }
+            other => other.serialize(serializer),
+        }
+    }
+}
+
 fn write_value(out: &mut String, value: &Value, indent: usize, shape: Shape<'_>) {
     match value {
         Value::Object(map) if !map.is_empty() => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            match shape {
-                Shape::Schema => keys.sort_by_key(|k| {
-                    KEY_ORDER
-                        .iter()
-                        .position(|o| o == k)
-                        .unwrap_or(KEY_ORDER.len())
-                }),
-                Shape::Properties(required) => keys.sort_by_key(|k| {
-                    required
-                        .iter()
-                        .position(|r| r.as_str() == Some(k.as_str()))
-                        .unwrap_or(required.len())
-                }),
-                Shape::Definitions | Shape::Plain => {}
-            }
+            let keys = ordered_keys(map, shape);
             out.push_str("{\n");
             for (i, key) in keys.iter().enumerate() {
                 push_indent(out, indent + 1);
                 out.push_str(&Value::String((*key).clone()).to_string());
                 out.push_str(": ");
-                let child = &map[key.as_str()];
-                let child_shape = match (shape, key.as_str()) {
-                    (Shape::Schema, "properties") => Shape::Properties(
-                        map.get("required")
-                            .and_then(Value::as_array)
-                            .map_or(&[], Vec::as_slice),
-                    ),
-                    (Shape::Schema, "$defs") => Shape::Definitions,
-                    (Shape::Schema, "items" | "anyOf")
-                    | (Shape::Properties(_) | Shape::Definitions, _) => Shape::Schema,
-                    _ => Shape::Plain,
-                };
-                write_value(out, child, indent + 1, child_shape);
+                write_value(
+                    out,
+                    &map[key.as_str()],
+                    indent + 1,
+                    child_shape(map, shape, key),
+                );
                 if i + 1 < keys.len() {
                     out.push(',');
                 }
@@ -157,11 +225,7 @@ fn write_value(out: &mut String, value: &Value, indent: usize, shape: Shape<'_>)
             out.push_str("[\n");
             for (i, item) in items.iter().enumerate() {
                 push_indent(out, indent + 1);
-                let item_shape = match shape {
-                    Shape::Schema => Shape::Schema,
-                    _ => Shape::Plain,
-                };
-                write_value(out, item, indent + 1, item_shape);
+                write_value(out, item, indent + 1, item_shape(shape));
                 if i + 1 < items.len() {
                     out.push(',');
                 }
@@ -193,5 +257,18 @@ mod tests {
         let confidence = text.find("\"confidence\": {").unwrap();
         assert!(severity < confidence, "{text}");
         assert!(text.find("\"$schema\"").unwrap() < text.find("\"$defs\"").unwrap());
+    }
+
+    #[test]
+    fn a_schema_in_reading_order_serialises_to_the_same_json_with_properties_as_declared() {
+        let schema = super::super::ValidatorReport::schema();
+        let text = serde_json::to_string(&InReadingOrder(schema)).unwrap();
+        assert_eq!(&serde_json::from_str::<Value>(&text).unwrap(), schema);
+        let at = |key: &str| text.find(&format!("\"{key}\":{{")).unwrap();
+        assert!(
+            at("id") < at("verdict") && at("verdict") < at("severity"),
+            "{text}"
+        );
+        assert!(at("severity") < at("reason"), "{text}");
     }
 }

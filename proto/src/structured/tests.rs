@@ -228,7 +228,7 @@ fn openai_strict_schemas_require_every_property_and_allow_no_other() {
 #[test]
 fn each_mode_constrains_what_it_can_express_and_nothing_else() {
     let b = Bounds::default();
-    let kind = |p, m| constraint(p, m, b, None).map(|c| c.mode());
+    let kind = |p, m| constraint(p, m, b, Scope::default()).map(|c| c.mode());
     assert_eq!(
         kind(ProtocolId::Reviewer, StructuredOutput::JsonSchema),
         Some("json_schema")
@@ -262,7 +262,15 @@ fn each_mode_constrains_what_it_can_express_and_nothing_else() {
 fn a_json_contract_narrowed_to_a_diff_names_only_its_files_and_llama_cpp_lists_each_once() {
     let lines = diff_lines();
     let b = Bounds::default();
-    let schema = |p, m| match constraint(p, m, b, Some(&lines)) {
+    let schema = |p, m| match constraint(
+        p,
+        m,
+        b,
+        Scope {
+            lines: Some(&lines),
+            finding_ids: &[],
+        },
+    ) {
         Some(OutputConstraint::JsonSchema { schema, .. }) => schema,
         other => panic!("{other:?}"),
     };
@@ -287,9 +295,185 @@ fn a_json_contract_narrowed_to_a_diff_names_only_its_files_and_llama_cpp_lists_e
         serde_json::json!(["src/lib.rs", ".github/ci.yml", "docs/<a>.md"])
     );
     let reviewer = schema(ProtocolId::Reviewer, StructuredOutput::Tool);
+    let [at_file, whole_change] = reviewer["properties"]["findings"]["items"]["anyOf"]
+        .as_array()
+        .expect("a finding at a file or about the whole change")
+        .as_slice()
+    else {
+        panic!("{reviewer}");
+    };
     assert_eq!(
-        reviewer["properties"]["findings"]["items"]["properties"]["file"]["enum"],
-        serde_json::json!(["src/lib.rs", ".github/ci.yml", "docs/<a>.md", null])
+        at_file["properties"]["file"]["enum"],
+        serde_json::json!(["src/lib.rs", ".github/ci.yml", "docs/<a>.md"])
     );
+    assert_eq!(at_file["properties"]["start_line"]["type"], "integer");
+    for key in ["file", "start_line", "end_line", "quote"] {
+        assert_eq!(
+            whole_change["properties"][key],
+            serde_json::json!({"type": "null"})
+        );
+    }
     assert_eq!(reviewer["properties"]["files_reviewed"]["maxItems"], 3);
+}
+
+/// One value a reduced schema admits, drawn at random: the keywords the reduced schemas use and
+/// nothing else (an unknown keyword is ignored, so a schema that relied on one would show up as
+/// an invalid sample).
+fn sample_value(node: &Value, rng: &mut SplitMix64) -> Value {
+    let pick = |rng: &mut SplitMix64, n: usize| rng.below(n as u64) as usize;
+    if let Some(c) = node.get("const") {
+        return c.clone();
+    }
+    if let Some(Value::Array(options)) = node.get("enum") {
+        return options[pick(rng, options.len())].clone();
+    }
+    if let Some(Value::Array(options)) = node.get("anyOf") {
+        return sample_value(&options[pick(rng, options.len())], rng);
+    }
+    let ty = match node.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(Value::Array(ts)) => ts[pick(rng, ts.len())].as_str().unwrap_or("null"),
+        _ => "null",
+    };
+    let bound = |key: &str, default: u64| node.get(key).and_then(Value::as_u64).unwrap_or(default);
+    match ty {
+        "object" => {
+            let props = node.get("properties").and_then(Value::as_object);
+            Value::Object(
+                props
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), sample_value(v, rng)))
+                    .collect(),
+            )
+        }
+        "array" => {
+            if let Some(Value::Array(prefix)) = node.get("prefixItems") {
+                return Value::Array(prefix.iter().map(|p| sample_value(p, rng)).collect());
+            }
+            let (min, max) = (bound("minItems", 0), bound("maxItems", 3).min(3));
+            let n = min + rng.below(max.saturating_sub(min) + 1);
+            let item = node.get("items").cloned().unwrap_or(Value::Null);
+            Value::Array((0..n).map(|_| sample_value(&item, rng)).collect())
+        }
+        "string" => {
+            const WORDS: [&str; 6] = ["guard", "the", "index", "overflows", "here", "x"];
+            let max = bound("maxLength", 40).clamp(1, 40) as usize;
+            let mut s = String::new();
+            for i in 0..1 + pick(rng, 5) {
+                if i > 0 {
+                    s.push(' ');
+                }
+                s.push_str(WORDS[pick(rng, WORDS.len())]);
+            }
+            s.truncate(max);
+            Value::from(s.trim_end().to_owned())
+        }
+        "integer" => Value::from(bound("minimum", 0) + rng.below(50)),
+        "number" => Value::from(rng.below(11) as f64 / 10.0),
+        "boolean" => Value::Bool(rng.below(2) == 1),
+        _ => Value::Null,
+    }
+}
+
+/// What a sample may still get wrong: the rules no keyword of its dialect can state — a
+/// reviewer's START <= END; a validator's unique ids and a summary's unique paths, except where
+/// llama.cpp lists them as a tuple (the scope names them).
+fn beyond_schemas(protocol: ProtocolId, tuple: bool, d: &crate::Diagnostics) -> bool {
+    d.as_slice().iter().all(|d| match protocol {
+        ProtocolId::Reviewer => d.message.contains("is before \"start_line\""),
+        ProtocolId::Validator => !tuple && d.message.starts_with("duplicate id"),
+        ProtocolId::Summary => !tuple && d.message.contains("list each changed file once"),
+        _ => false,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn every_value_a_reduced_schema_admits_passes_the_contract(seed in any::<u64>()) {
+        let lines = diff_lines();
+        let ids = ["F1".to_owned(), "F2".to_owned()];
+        let mut rng = SplitMix64::new(seed);
+        for protocol in JSON {
+            for (mode, dialect) in [
+                (StructuredOutput::JsonSchema, SchemaDialect::OpenAiStrict),
+                (StructuredOutput::Grammar, SchemaDialect::LlamaCpp),
+                (StructuredOutput::Tool, SchemaDialect::Anthropic),
+            ] {
+                let narrowed = Scope { lines: Some(&lines), finding_ids: &ids };
+                for scope in [Scope::default(), narrowed] {
+                    let Some(OutputConstraint::JsonSchema { schema, .. }) =
+                        constraint(protocol, mode, small(), scope)
+                    else {
+                        panic!("{protocol}: no schema under {mode}");
+                    };
+                    let text = sample_value(&schema, &mut rng).to_string();
+                    if let Err(d) = crate::validate(protocol, &Default::default(), &text) {
+                        let tuple = dialect == SchemaDialect::LlamaCpp && scope.lines.is_some();
+                        prop_assert!(
+                            beyond_schemas(protocol, tuple, &d),
+                            "{protocol} {dialect:?}: {text}\n{d:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_validator_schema_admits_no_severity_on_a_rejection_and_names_only_the_given_ids() {
+    let ids = ["F1".to_owned(), "F3".to_owned()];
+    let scope = Scope {
+        lines: None,
+        finding_ids: &ids,
+    };
+    let Some(OutputConstraint::JsonSchema { schema, .. }) = constraint(
+        ProtocolId::Validator,
+        StructuredOutput::Grammar,
+        Bounds::default(),
+        scope,
+    ) else {
+        panic!("no schema");
+    };
+    let verdicts = &schema["properties"]["verdicts"];
+    assert_eq!(
+        (verdicts["minItems"].clone(), verdicts["maxItems"].clone()),
+        (2.into(), 2.into())
+    );
+    let tuple = verdicts["prefixItems"].as_array().expect("a tuple");
+    for (item, id) in tuple.iter().zip(&ids) {
+        let [confirmed, rejected] = item["anyOf"].as_array().expect("two verdicts").as_slice()
+        else {
+            panic!("{item}");
+        };
+        assert_eq!(confirmed["properties"]["id"]["const"], id.as_str());
+        assert_eq!(
+            confirmed["properties"]["verdict"]["enum"],
+            serde_json::json!(["confirmed"])
+        );
+        assert_eq!(
+            rejected["properties"]["verdict"]["enum"],
+            serde_json::json!(["rejected"])
+        );
+        assert_eq!(
+            rejected["properties"]["severity"],
+            serde_json::json!({"type": "null"})
+        );
+    }
+    let Some(OutputConstraint::JsonSchema { schema, .. }) = constraint(
+        ProtocolId::Validator,
+        StructuredOutput::JsonSchema,
+        Bounds::default(),
+        scope,
+    ) else {
+        panic!("no schema");
+    };
+    let item = &schema["properties"]["verdicts"]["items"]["anyOf"][1];
+    assert_eq!(
+        item["properties"]["id"]["enum"],
+        serde_json::json!(["F1", "F3"])
+    );
 }

@@ -320,7 +320,7 @@ async fn constraint_for(ctx: &CallContext<'_>, model: &str) -> Option<OutputCons
         ctx.request.protocol,
         mode,
         provider.structured_bounds(),
-        ctx.diff_lines.as_ref(),
+        ctx.scope.as_scope(),
     )
 }
 

@@ -54,7 +54,7 @@ use verdict_backends::store::{
 use verdict_proto::transcript::Transcript;
 
 use call::{Failure, Route};
-use context::CallContext;
+use context::{CallContext, InputScope};
 use conversation::Conversation;
 pub use limits::{ModelLimits, RateLimits};
 
@@ -107,12 +107,6 @@ impl ProviderRegistry {
         v
     }
 }
-
-/// The name of an input holding a stage's whole unified diff.
-pub const DIFF_INPUT: &str = "diff";
-/// The prefix of the inputs holding one file's diff each (`diff of src/lib.rs`), as the
-/// scheduler's pipeline names them.
-pub const DIFF_OF_FILE_INPUT: &str = "diff of ";
 
 /// The backends an executor talks to.
 #[derive(Debug, Clone)]
@@ -425,15 +419,6 @@ impl StageExecutor {
         }
 
         let tree = ground::tree_for(request.protocol, snapshot.as_ref());
-        // The diff, as the pipeline names it (whole, or one input per file), tells the
-        // constraints what the change touches.
-        let diff_text: Vec<&str> = inputs
-            .iter()
-            .filter(|i| i.name == DIFF_INPUT || i.name.starts_with(DIFF_OF_FILE_INPUT))
-            .map(|i| i.text.as_str())
-            .collect();
-        let diff_lines = Some(verdict_proto::diff::parse(&diff_text.join("\n")).commentable())
-            .filter(|lines| !lines.files.is_empty());
         let mut ctx = CallContext {
             deps: &self.deps,
             settings: &self.settings,
@@ -443,7 +428,7 @@ impl StageExecutor {
             snapshot,
             toolbox,
             tree,
-            diff_lines,
+            scope: InputScope::of(&inputs),
         };
         let deadline = SoftDeadline::new(request.deadline_unix_ms);
         let mut conv = Conversation::new(messages, boundary, deadline, transcript);

@@ -33,6 +33,7 @@
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use verdict_proto::contracts::contract_text::InReadingOrder;
 
 use super::api::{ApiProvider, ServerFacts, WireFormat};
 use super::classify::Flavor;
@@ -149,7 +150,7 @@ enum WireBlock<'a> {
 struct WireTool<'a> {
     name: &'a str,
     description: &'a str,
-    input_schema: &'a Value,
+    input_schema: InReadingOrder<'a>,
 }
 
 #[derive(Debug, Serialize)]
@@ -222,7 +223,7 @@ fn request_body<'a>(
             Some(vec![WireTool {
                 name,
                 description: CONTRACT_TOOL_DESCRIPTION,
-                input_schema: schema,
+                input_schema: InReadingOrder(schema),
             }]),
             Some(WireToolChoice {
                 kind: "tool",
@@ -237,7 +238,7 @@ fn request_body<'a>(
                     .map(|t| WireTool {
                         name: &t.name,
                         description: &t.description,
-                        input_schema: &t.parameters,
+                        input_schema: InReadingOrder(&t.parameters),
                     })
                     .collect()
             }),

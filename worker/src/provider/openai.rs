@@ -33,6 +33,7 @@
 use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use verdict_proto::contracts::contract_text::InReadingOrder;
 
 use super::api::{ApiProvider, ServerFacts, WireFormat};
 use super::classify::Flavor;
@@ -152,7 +153,7 @@ struct WireResponseFormat<'a> {
 struct WireJsonSchema<'a> {
     name: &'a str,
     strict: bool,
-    schema: &'a Value,
+    schema: InReadingOrder<'a>,
 }
 
 #[derive(Debug, Serialize)]
@@ -234,7 +235,7 @@ fn request_body<'a>(
                 json_schema: WireJsonSchema {
                     name,
                     strict: true,
-                    schema,
+                    schema: InReadingOrder(schema),
                 },
             }),
             None,
