@@ -139,6 +139,7 @@ fn stage_result(task: &str, stage: &str, finished: u64) -> StageResult {
         started_unix_ms: 1,
         finished_unix_ms: finished,
         model: None,
+        evidence_cut: None,
     }
 }
 

@@ -215,6 +215,52 @@ pub struct StageResult {
     /// spent), when a call was made; metrics about findings are labelled with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The evidence the worker cut to fit the model's context window: what the model was not
+    /// shown, so the result's coverage can say so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_cut: Option<EvidenceCut>,
+}
+
+/// Evidence cut to fit a model's context window before the first call (decision 180).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceCut {
+    /// The window, in tokens, the evidence was fitted to.
+    pub context_window: u32,
+    /// Every input that was cut, in input order.
+    pub inputs: Vec<CutInput>,
+}
+
+/// One input shown in part, or not at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CutInput {
+    pub name: String,
+    pub shown_bytes: u64,
+    pub total_bytes: u64,
+    /// For a diff: the files none of whose hunks were shown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files_not_shown: Vec<String>,
+    /// For a diff: the files shown with some hunks left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files_partly_shown: Vec<String>,
+}
+
+impl EvidenceCut {
+    /// Every file of a cut diff the model did not see in full, each once, in input order.
+    pub fn files_not_fully_shown(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for input in &self.inputs {
+            for f in input
+                .files_not_shown
+                .iter()
+                .chain(&input.files_partly_shown)
+            {
+                if !out.contains(&f.as_str()) {
+                    out.push(f);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// What a progress event reports (SPEC O3); the `type` field on the wire.
@@ -406,6 +452,7 @@ mod tests {
             started_unix_ms: 1,
             finished_unix_ms: 2,
             model: None,
+            evidence_cut: None,
         };
         let bytes = encode(&result).unwrap();
         assert_eq!(decode::<StageResult>(&bytes, 1 << 20).unwrap(), result);

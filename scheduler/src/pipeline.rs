@@ -14,8 +14,8 @@ use verdict_proto::issue_analysis::IssueAnalysis;
 use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::review::Review;
 use verdict_proto::wire::{
-    EventType, InputContent, InputRef, RepairPolicy, StageKind, StageRequest, StageResult, Tool,
-    WIRE_VERSION, input_name,
+    EventType, EvidenceCut, InputContent, InputRef, RepairPolicy, StageKind, StageRequest,
+    StageResult, Tool, WIRE_VERSION, input_name,
 };
 use verdict_proto::{Language, ValidateOptions};
 
@@ -265,6 +265,14 @@ pub fn on_result(task: &mut TaskRecord, result: &StageResult, now: u64) -> Effec
         finished_message(&id, &result.outcome, task.language),
         json!({"outcome": result.outcome.label(), "kind": result.outcome.failure_kind()}),
     );
+    if let Some(cut) = &result.evidence_cut
+        && matches!(
+            kind,
+            StageKind::Review | StageKind::Reviewer | StageKind::Scan
+        )
+    {
+        note_evidence_cut(task, &id, cut);
+    }
 
     // Execution failures fail closed, whatever the stage (E4): cancelled → aborted, anything
     // else → incomplete. Only invalid output may degrade, and only where the pipeline allows.
@@ -959,6 +967,47 @@ fn inline(name: &str, text: String) -> InputRef {
     InputRef {
         name: name.to_owned(),
         content: InputContent::Inline { text },
+    }
+}
+
+/// Files a reviewing stage's model was not shown in full, because the worker cut its evidence to
+/// fit the model's context window, leave the reviewed files for the not-reviewed ones, each
+/// with that reason: a review never claims what its model did not see.
+fn note_evidence_cut(task: &mut TaskRecord, stage: &str, cut: &EvidenceCut) {
+    let window = cut.context_window;
+    for input in &cut.inputs {
+        let reasons = [
+            (&input.files_not_shown, task.language.pick(
+                "not reviewed: the evidence of {stage} was cut to fit the model's context window of {window} tokens, and this file was not shown",
+                "未评审：为适应模型 {window} 个 token 的上下文窗口，{stage} 的材料被截断，此文件未展示给模型",
+            )),
+            (&input.files_partly_shown, task.language.pick(
+                "partly reviewed: the evidence of {stage} was cut to fit the model's context window of {window} tokens, and some hunks of this file were not shown",
+                "部分评审：为适应模型 {window} 个 token 的上下文窗口，{stage} 的材料被截断，此文件的部分变更块未展示给模型",
+            )),
+        ];
+        for (files, template) in reasons {
+            let reason = template
+                .replace("{stage}", stage)
+                .replace("{window}", &window.to_string());
+            for path in files {
+                task.coverage.files_reviewed.retain(|p| p != path);
+                if !task
+                    .coverage
+                    .files_not_reviewed
+                    .iter()
+                    .any(|n| &n.path == path)
+                {
+                    task.coverage
+                        .files_not_reviewed
+                        .push(crate::document::NotReviewed {
+                            path: path.clone(),
+                            reason: reason.clone(),
+                            kind: None,
+                        });
+                }
+            }
+        }
     }
 }
 

@@ -121,6 +121,7 @@ fn result(stage: &str, kind: StageKind, outcome: StageOutcome) -> StageResult {
         started_unix_ms: 0,
         finished_unix_ms: 1,
         model: None,
+        evidence_cut: None,
     }
 }
 
@@ -751,6 +752,40 @@ fn a_valid_single_review_completes_with_the_envelope_result() {
     pipeline::on_result(&mut t, &result("review", StageKind::Review, ok(review)), 2);
     assert_eq!(t.state, TaskState::Completed);
     assert_eq!(t.result.as_ref().unwrap()["score"], 9);
+}
+
+#[test]
+fn files_a_review_model_was_not_shown_in_full_are_listed_as_not_reviewed_with_the_window() {
+    let mut t = task(PipelineKind::Single, false, 1);
+    t.coverage.files_reviewed = vec!["src/a.rs".into(), "src/b.rs".into(), "src/c.rs".into()];
+    pipeline::start(&mut t, 1);
+    let review = verdict_proto::validate(verdict_proto::ProtocolId::Review, &Default::default(),
+        "<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>9</SCORE>\n<DECISION>approve</DECISION>\n<DECISION_REASON>ok</DECISION_REASON>\n<SUMMARY>s</SUMMARY>\n<FINDINGS></FINDINGS>\n</SAKURA_REVIEW>").unwrap();
+    let mut r = result("review", StageKind::Review, ok(review));
+    r.evidence_cut = Some(verdict_proto::wire::EvidenceCut {
+        context_window: 8192,
+        inputs: vec![verdict_proto::wire::CutInput {
+            name: "diff".into(),
+            shown_bytes: 9000,
+            total_bytes: 30_000,
+            files_not_shown: vec!["src/c.rs".into()],
+            files_partly_shown: vec!["src/b.rs".into()],
+        }],
+    });
+    pipeline::on_result(&mut t, &r, 2);
+    assert_eq!(t.state, TaskState::Completed);
+    assert_eq!(t.coverage.files_reviewed, ["src/a.rs"]);
+    let reasons: Vec<(&str, &str)> = t
+        .coverage
+        .files_not_reviewed
+        .iter()
+        .map(|n| (n.path.as_str(), n.reason.as_str()))
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert_eq!(reasons[0].0, "src/c.rs");
+    assert!(reasons[0].1.starts_with("not reviewed: the evidence of review was cut to fit the model's context window of 8192 tokens"), "{reasons:?}");
+    assert_eq!(reasons[1].0, "src/b.rs");
+    assert!(reasons[1].1.starts_with("partly reviewed"), "{reasons:?}");
 }
 
 #[test]

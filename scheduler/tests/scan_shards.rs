@@ -202,6 +202,7 @@ fn result(stage: &str, outcome: StageOutcome) -> StageResult {
         started_unix_ms: 0,
         finished_unix_ms: 1,
         model: None,
+        evidence_cut: None,
     }
 }
 

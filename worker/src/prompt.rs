@@ -79,6 +79,7 @@ pub fn initial_messages(
     inputs: &[ResolvedInput],
     boundary: &Boundary,
     tools_offered: bool,
+    coverage_note: Option<&str>,
 ) -> Vec<Message> {
     let language = request.language;
     let mut system = String::new();
@@ -99,6 +100,11 @@ pub fn initial_messages(
     for input in inputs {
         user.push_str("\n\n");
         user.push_str(&evidence::fence(&input.name, &input.text, boundary));
+    }
+    if let Some(note) = coverage_note {
+        // Outside every fence: the worker's own words about what the evidence leaves out.
+        user.push_str("\n\n");
+        user.push_str(note);
     }
     user.push_str("\n\n");
     user.push_str(language.pick(
@@ -154,6 +160,7 @@ mod tests {
             &[hostile],
             &b,
             true,
+            None,
         );
         assert_eq!(m.len(), 2);
         let system = &m[0].content;
@@ -185,7 +192,13 @@ mod tests {
     #[test]
     fn language_reaches_policy_and_contract() {
         let b = new_boundary();
-        let m = initial_messages(&request(StageKind::Triage, Language::ZhCn), &[], &b, false);
+        let m = initial_messages(
+            &request(StageKind::Triage, Language::ZhCn),
+            &[],
+            &b,
+            false,
+            None,
+        );
         assert!(m[0].content.contains("分流"));
         assert!(
             m[0].content.contains("\"review\""),

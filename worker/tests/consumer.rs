@@ -318,6 +318,7 @@ impl Pool {
             started_unix_ms: 0,
             finished_unix_ms: 0,
             model: None,
+            evidence_cut: None,
         }
     }
 }

@@ -999,6 +999,76 @@ async fn auto_on_llama_cpp_takes_the_grammar_and_sizes_every_call_to_the_servers
 }
 
 #[tokio::test]
+async fn evidence_larger_than_the_window_is_cut_by_whole_files_with_a_coverage_note() {
+    let fake = FakeProvider::start().await;
+    fake.script(MODEL, Script::always(Behaviour::text(VALID)));
+    let mut s = provider_settings(
+        ProviderKind::Openai,
+        &fake.base_url(),
+        Duration::from_secs(10),
+    );
+    s.context_window = Some(8192);
+    let e = env_with(s, fake, settings()).await;
+    // Ten files of about 6 KB each: far more than 8,192 tokens leave for evidence.
+    let diff: String = (0..10)
+        .map(|i| {
+            let body: String = (0..150).map(|n| format!("+    let v{n} = {n};\n")).collect();
+            format!("diff --git a/src/f{i}.rs b/src/f{i}.rs\n--- a/src/f{i}.rs\n+++ b/src/f{i}.rs\n@@ -1,0 +1,150 @@\n{body}")
+        })
+        .collect();
+    let mut req = request(StageKind::Review, false, LONG);
+    req.inputs[0].content = InputContent::Inline { text: diff.clone() };
+    let x = run(&e, &req).await;
+    assert!(
+        matches!(x.result.outcome, StageOutcome::Ok { .. }),
+        "{:?}",
+        x.result.outcome
+    );
+    let cut = x
+        .result
+        .evidence_cut
+        .as_ref()
+        .expect("the evidence was cut");
+    assert_eq!(cut.context_window, 8192);
+    let [input] = cut.inputs.as_slice() else {
+        panic!("{cut:?}")
+    };
+    assert_eq!(input.total_bytes as usize, diff.len());
+    assert!(
+        input.shown_bytes > 0 && input.shown_bytes < input.total_bytes,
+        "{input:?}"
+    );
+    assert!(
+        input.files_not_shown.contains(&"src/f9.rs".to_owned()),
+        "{input:?}"
+    );
+    let sent = e.fake.requests_for(MODEL);
+    let user = sent[0].messages()[1]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(user.contains("src/f0.rs") && !user.contains("src/f9.rs b/src/f9.rs"));
+    assert!(
+        user.contains(
+            "Coverage note: the material was cut to fit the model's context window of 8192 tokens"
+        ),
+        "{user}"
+    );
+    // The prompt as sent leaves the answer its room: no 400 from the server.
+    let prompt_bytes: usize = sent[0]
+        .messages()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or("").len())
+        .sum();
+    let max_tokens = sent[0].body["max_tokens"].as_u64().unwrap() as usize;
+    assert!(
+        prompt_bytes / 3 + max_tokens <= 8192,
+        "{prompt_bytes} {max_tokens}"
+    );
+    assert!(max_tokens >= 1024, "{max_tokens}");
+}
+
+#[tokio::test]
 async fn a_prompt_that_cannot_fit_the_window_is_not_sent_and_the_failure_names_the_setting() {
     let fake = FakeProvider::start().await;
     fake.script(MODEL, Script::always(Behaviour::text(VALID)));

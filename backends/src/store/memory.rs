@@ -624,6 +624,7 @@ mod tests {
             started_unix_ms: 0,
             finished_unix_ms: finished,
             model: None,
+            evidence_cut: None,
         }
     }
 

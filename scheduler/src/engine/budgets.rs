@@ -306,6 +306,7 @@ mod tests {
             started_unix_ms: 0,
             finished_unix_ms: 0,
             model: None,
+            evidence_cut: None,
         };
         let now = fx.now();
         let ended = fx

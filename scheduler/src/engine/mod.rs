@@ -642,6 +642,7 @@ mod tests {
             started_unix_ms: 0,
             finished_unix_ms: 0,
             model: None,
+            evidence_cut: None,
         };
         let message = Message {
             body: wire::encode(&result).unwrap(),

@@ -548,6 +548,7 @@ mod recovery_tests {
             started_unix_ms: 0,
             finished_unix_ms: 0,
             model: None,
+            evidence_cut: None,
         };
         // The worker recorded it; its message on the results queue was lost.
         fx.store.record(&result).await.unwrap();

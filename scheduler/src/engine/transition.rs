@@ -190,6 +190,7 @@ impl Transitions {
                 started_unix_ms: now,
                 finished_unix_ms: now,
                 model: None,
+                evidence_cut: None,
             };
             pipeline::on_result(t, &result, now)
         })
@@ -256,6 +257,7 @@ mod tests {
             started_unix_ms: 0,
             finished_unix_ms: 0,
             model: Some("m-scan".to_owned()),
+            evidence_cut: None,
         };
 
         fx.parts

@@ -57,6 +57,34 @@ pub fn fits(window: u32, prompt: u64) -> bool {
     room(window, prompt) >= u64::from(MIN_OUTPUT_TOKENS)
 }
 
+/// The bytes of evidence a first call's prompt may carry in `window`: what is left after the
+/// prompt's frame (`frame_tokens`: system message, tools, coverage note), a fence per input,
+/// the margin and the answer's room — the output limit (or [`DEFAULT_OUTPUT_TOKENS`]), at
+/// most a quarter of the window, at least [`MIN_OUTPUT_TOKENS`] — and, when tools are offered,
+/// an eighth of the window for their results.
+pub fn evidence_bytes(
+    window: u32,
+    output_limit: Option<u32>,
+    frame_tokens: u64,
+    inputs: usize,
+    tools: bool,
+) -> usize {
+    let answer = output_limit
+        .unwrap_or(DEFAULT_OUTPUT_TOKENS)
+        .min(window / 4)
+        .max(MIN_OUTPUT_TOKENS);
+    let tool_results = if tools { window / 8 } else { 0 };
+    let fences = u64::try_from(inputs)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(FENCE_TOKENS);
+    let left = room(window, frame_tokens.saturating_add(fences))
+        .saturating_sub(u64::from(answer) + u64::from(tool_results));
+    usize::try_from(left.saturating_mul(3)).unwrap_or(usize::MAX)
+}
+
+/// The tokens one input's fence (its label and the boundary markers) counts, on the high side.
+const FENCE_TOKENS: u64 = 48;
+
 /// Sizes `request` to `window`: its `max_tokens` becomes the configured output limit (or
 /// [`DEFAULT_OUTPUT_TOKENS`]) cut to the room the prompt leaves. `Err` when that room is below
 /// [`MIN_OUTPUT_TOKENS`]: the call would be refused or cut off, so it is not sent.
@@ -112,6 +140,17 @@ mod tests {
         let mut r = request(18_000);
         size(&mut r, "local", 8192, Some(4096)).unwrap();
         assert_eq!(r.max_tokens, Some(8192 - 6001 - 8 - 512));
+    }
+
+    #[test]
+    fn evidence_gets_what_the_frame_the_answer_and_tool_results_leave() {
+        // 8,192 - margin 512 - frame 1,000 - 2 fences 96 - answer 2,048 = 4,536 tokens.
+        assert_eq!(evidence_bytes(8192, None, 1000, 2, false), 4536 * 3);
+        // Tools hold back an eighth of the window for their results.
+        assert_eq!(evidence_bytes(8192, None, 1000, 2, true), (4536 - 1024) * 3);
+        // A configured limit above a quarter of the window is held to the quarter.
+        assert_eq!(evidence_bytes(8192, Some(6000), 1000, 2, false), 4536 * 3);
+        assert_eq!(evidence_bytes(1024, None, 2000, 1, false), 0);
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod budget;
 mod call;
 mod context;
 mod conversation;
+mod fit;
 mod ground;
 mod limits;
 mod repair;
@@ -37,7 +38,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use verdict_proto::outcome::{FailureKind, StageOutcome};
-use verdict_proto::wire::{StageKind, StageRequest, StageResult, Usage, WIRE_VERSION};
+use verdict_proto::wire::{EvidenceCut, StageKind, StageRequest, StageResult, Usage, WIRE_VERSION};
 
 use crate::deadline::SoftDeadline;
 use crate::metrics::WorkerMetrics;
@@ -265,6 +266,7 @@ impl StageExecutor {
             requeue_after,
             usage,
             model,
+            evidence_cut,
         } = self.run(request, cancel, &mut transcript).await;
 
         let finished_unix_ms = self.deps.clock.now_unix_ms();
@@ -312,6 +314,7 @@ impl StageExecutor {
                 started_unix_ms,
                 finished_unix_ms,
                 model,
+                evidence_cut,
             },
             requeue_after,
         };
@@ -391,7 +394,44 @@ impl StageExecutor {
         }
 
         let boundary = prompt::new_boundary();
-        let messages = prompt::initial_messages(request, &inputs, &boundary, toolbox.is_some());
+        let (inputs, evidence_cut) = match provider.context_window(cancel).await {
+            Some(window) => {
+                let tool_bytes = toolbox.as_ref().map_or(0, |t| {
+                    t.definitions()
+                        .iter()
+                        .map(|d| {
+                            d.name.len() + d.description.len() + d.parameters.to_string().len()
+                        })
+                        .sum()
+                });
+                let frame =
+                    prompt::initial_messages(request, &[], &boundary, toolbox.is_some(), None);
+                let budget = budget::evidence_bytes(
+                    window,
+                    provider.output_limit(),
+                    budget::prompt_tokens(&frame, tool_bytes + fit::NOTE_BYTES),
+                    inputs.len(),
+                    toolbox.is_some(),
+                );
+                fit::fit(inputs, budget, window)
+            }
+            None => (inputs, None),
+        };
+        let note = evidence_cut.as_ref().map(|cut| {
+            tracing::warn!(
+                window = cut.context_window,
+                cut = ?cut.inputs.iter().map(|i| &i.name).collect::<Vec<_>>(),
+                "evidence cut to fit the model's context window"
+            );
+            fit::coverage_note(cut, request.language)
+        });
+        let messages = prompt::initial_messages(
+            request,
+            &inputs,
+            &boundary,
+            toolbox.is_some(),
+            note.as_deref(),
+        );
         let model = request
             .model
             .clone()
@@ -460,6 +500,7 @@ impl StageExecutor {
             requeue_after,
             usage,
             model,
+            evidence_cut,
         }
     }
 
@@ -490,6 +531,7 @@ impl StageExecutor {
                     requeue_after: None,
                     usage: Usage::default(),
                     model: Some(answer.model),
+                    evidence_cut: None,
                 })
             }
             Ok(None) => {
@@ -552,6 +594,8 @@ struct Ran {
     usage: Usage,
     /// The model of the last call, when a call was made.
     model: Option<String>,
+    /// The evidence cut to fit the model's context window, if any was.
+    evidence_cut: Option<EvidenceCut>,
 }
 
 impl Ran {
@@ -561,6 +605,7 @@ impl Ran {
             requeue_after: None,
             usage: Usage::default(),
             model: None,
+            evidence_cut: None,
         }
     }
 }

@@ -59,6 +59,7 @@ fn stage_result(
         started_unix_ms: 0,
         finished_unix_ms: 0,
         model: Some("m".to_owned()),
+        evidence_cut: None,
     }
 }
 
