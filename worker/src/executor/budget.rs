@@ -7,8 +7,17 @@ use crate::provider::{ChatRequest, Message, ProviderError};
 use verdict_proto::outcome::FailureKind;
 
 /// The output limit of a call when the provider's window is known and no `max_tokens` is
-/// configured: enough for any contract's answer, small enough that a model that runs on stops.
+/// configured, for a large window: enough for any contract's answer, small enough that a model
+/// that runs on stops.
 pub const DEFAULT_OUTPUT_TOKENS: u32 = 2048;
+
+/// The default output limit in `window`: an eighth of it, at most [`DEFAULT_OUTPUT_TOKENS`],
+/// at least [`MIN_OUTPUT_TOKENS`]. A model with a small window is a small or local one, whose
+/// every generated token costs real seconds when it runs on; 1,024 tokens of an 8,192 window
+/// still hold a review envelope with several findings.
+pub fn default_output_tokens(window: u32) -> u32 {
+    (window / 8).clamp(MIN_OUTPUT_TOKENS, DEFAULT_OUTPUT_TOKENS)
+}
 
 /// A call that leaves less room than this for the answer is not sent: no contract fits in it.
 pub const MIN_OUTPUT_TOKENS: u32 = 256;
@@ -59,7 +68,7 @@ pub fn fits(window: u32, prompt: u64) -> bool {
 
 /// The bytes of evidence a first call's prompt may carry in `window`: what is left after the
 /// prompt's frame (`frame_tokens`: system message, tools, coverage note), a fence per input,
-/// the margin and the answer's room — the output limit (or [`DEFAULT_OUTPUT_TOKENS`]), at
+/// the margin and the answer's room — the output limit (or [`default_output_tokens`]), at
 /// most a quarter of the window, at least [`MIN_OUTPUT_TOKENS`] — and, when tools are offered,
 /// an eighth of the window for their results.
 pub fn evidence_bytes(
@@ -70,7 +79,7 @@ pub fn evidence_bytes(
     tools: bool,
 ) -> usize {
     let answer = output_limit
-        .unwrap_or(DEFAULT_OUTPUT_TOKENS)
+        .unwrap_or(default_output_tokens(window))
         .min(window / 4)
         .max(MIN_OUTPUT_TOKENS);
     let tool_results = if tools { window / 8 } else { 0 };
@@ -86,7 +95,7 @@ pub fn evidence_bytes(
 const FENCE_TOKENS: u64 = 48;
 
 /// Sizes `request` to `window`: its `max_tokens` becomes the configured output limit (or
-/// [`DEFAULT_OUTPUT_TOKENS`]) cut to the room the prompt leaves. `Err` when that room is below
+/// [`default_output_tokens`]) cut to the room the prompt leaves. `Err` when that room is below
 /// [`MIN_OUTPUT_TOKENS`]: the call would be refused or cut off, so it is not sent.
 pub fn size(
     request: &mut ChatRequest,
@@ -108,7 +117,7 @@ pub fn size(
     let wanted = request
         .max_tokens
         .or(output_limit)
-        .unwrap_or(DEFAULT_OUTPUT_TOKENS);
+        .unwrap_or(default_output_tokens(window));
     let cut = u32::try_from(room.min(u64::from(wanted))).unwrap_or(wanted);
     request.max_tokens = Some(cut);
     Ok(())
@@ -136,6 +145,13 @@ mod tests {
         // 3,000 bytes ≈ 1,001 tokens + 8 of framing; margin 512 of 8,192.
         let mut r = request(3000);
         size(&mut r, "local", 8192, None).unwrap();
+        assert_eq!(
+            r.max_tokens,
+            Some(1024),
+            "an eighth of the window by default"
+        );
+        let mut r = request(3000);
+        size(&mut r, "local", 131_072, None).unwrap();
         assert_eq!(r.max_tokens, Some(DEFAULT_OUTPUT_TOKENS));
         let mut r = request(18_000);
         size(&mut r, "local", 8192, Some(4096)).unwrap();
@@ -144,12 +160,15 @@ mod tests {
 
     #[test]
     fn evidence_gets_what_the_frame_the_answer_and_tool_results_leave() {
-        // 8,192 - margin 512 - frame 1,000 - 2 fences 96 - answer 2,048 = 4,536 tokens.
-        assert_eq!(evidence_bytes(8192, None, 1000, 2, false), 4536 * 3);
+        // 8,192 - margin 512 - frame 1,000 - 2 fences 96 - answer 1,024 = 5,560 tokens.
+        assert_eq!(evidence_bytes(8192, None, 1000, 2, false), 5560 * 3);
         // Tools hold back an eighth of the window for their results.
-        assert_eq!(evidence_bytes(8192, None, 1000, 2, true), (4536 - 1024) * 3);
+        assert_eq!(evidence_bytes(8192, None, 1000, 2, true), (5560 - 1024) * 3);
         // A configured limit above a quarter of the window is held to the quarter.
-        assert_eq!(evidence_bytes(8192, Some(6000), 1000, 2, false), 4536 * 3);
+        assert_eq!(
+            evidence_bytes(8192, Some(6000), 1000, 2, false),
+            (8192 - 512 - 1000 - 96 - 2048) * 3
+        );
         assert_eq!(evidence_bytes(1024, None, 2000, 1, false), 0);
     }
 
