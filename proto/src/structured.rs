@@ -288,6 +288,18 @@ fn variants_mut(item: &mut Value) -> Vec<&mut Value> {
     }
 }
 
+/// Makes an array schema a tuple of exactly `prefix`: llama.cpp refuses `items: false`, and
+/// allows more items after `prefixItems` unless `maxItems` says otherwise.
+fn into_tuple(array: &mut Value, prefix: Vec<Value>) {
+    let n = prefix.len();
+    if let Some(map) = array.as_object_mut() {
+        map.remove("items");
+        map.insert("prefixItems".to_owned(), Value::Array(prefix));
+        map.insert("minItems".to_owned(), Value::from(n));
+        map.insert("maxItems".to_owned(), Value::from(n));
+    }
+}
+
 /// Narrows a validator's schema to the candidates it is given: their ids only, at most one
 /// verdict each; on llama.cpp, one verdict per id in the given order (a tuple, as a summary's
 /// files).
@@ -313,12 +325,7 @@ fn narrow_ids(dialect: SchemaDialect, schema: &mut Value, ids: &[String]) {
                 one
             })
             .collect();
-        if let Some(map) = verdicts.as_object_mut() {
-            map.remove("items");
-            map.insert("prefixItems".to_owned(), Value::Array(prefix));
-            map.insert("minItems".to_owned(), Value::from(n));
-            map.insert("maxItems".to_owned(), Value::from(n));
-        }
+        into_tuple(verdicts, prefix);
     } else {
         let allowed = serde_json::json!({ "type": "string", "enum": ids });
         if let Some(item) = verdicts.get_mut("items") {
@@ -380,14 +387,7 @@ fn narrow(
                         one
                     })
                     .collect();
-                // A tuple of exactly these items: llama.cpp refuses `items: false`, and allows
-                // more items after `prefixItems` unless `maxItems` says otherwise.
-                if let Some(map) = files.as_object_mut() {
-                    map.remove("items");
-                    map.insert("prefixItems".to_owned(), Value::Array(prefix));
-                    map.insert("minItems".to_owned(), Value::from(n));
-                    map.insert("maxItems".to_owned(), Value::from(n));
-                }
+                into_tuple(files, prefix);
             } else {
                 if let Some(path) = files.pointer_mut("/items/properties/path") {
                     *path = one_of(false);
