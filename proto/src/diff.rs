@@ -53,6 +53,24 @@ pub fn parse(diff: &str) -> Diff {
     }
 }
 
+/// The pieces of a git diff, one per file, each starting with its `diff --git` line. Text before
+/// the first such line (none in git output) is dropped.
+pub fn split_by_file(text: &str) -> Vec<&str> {
+    let mut starts: Vec<usize> = Vec::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if line.starts_with("diff --git ") {
+            starts.push(offset);
+        }
+        offset += line.len();
+    }
+    starts
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| &text[s..starts.get(k + 1).copied().unwrap_or(text.len())])
+        .collect()
+}
+
 /// The new-side text of lines `start..=end` of the first file in `piece` (a file's piece of a
 /// diff, such as one `diff --git` section): each line as the hunks show it after its `+` or ` `
 /// marker, without its line ending, joined with `\n`. `None` unless every line of the range is an

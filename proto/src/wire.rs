@@ -244,25 +244,6 @@ pub struct CutInput {
     pub files_partly_shown: Vec<String>,
 }
 
-impl EvidenceCut {
-    /// Every file of a cut diff the model did not see in full, each once, in input order.
-    pub fn files_not_fully_shown(&self) -> Vec<&str> {
-        let mut out: Vec<&str> = Vec::new();
-        for input in &self.inputs {
-            for f in input
-                .files_not_shown
-                .iter()
-                .chain(&input.files_partly_shown)
-            {
-                if !out.contains(&f.as_str()) {
-                    out.push(f);
-                }
-            }
-        }
-        out
-    }
-}
-
 /// What a progress event reports (SPEC O3); the `type` field on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

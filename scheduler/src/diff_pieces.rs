@@ -139,23 +139,7 @@ impl IgnoredPaths {
     }
 }
 
-/// The pieces of a git diff, one per file, each starting with its `diff --git` line. Text before
-/// the first such line (none in git output) is dropped.
-pub fn split_by_file(text: &str) -> Vec<&str> {
-    let mut starts: Vec<usize> = Vec::new();
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        if line.starts_with("diff --git ") {
-            starts.push(offset);
-        }
-        offset += line.len();
-    }
-    starts
-        .iter()
-        .enumerate()
-        .map(|(k, &s)| &text[s..starts.get(k + 1).copied().unwrap_or(text.len())])
-        .collect()
-}
+pub use diff::split_by_file;
 
 fn count_changes(piece: &str) -> (usize, usize) {
     let mut added = 0;

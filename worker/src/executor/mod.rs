@@ -396,14 +396,9 @@ impl StageExecutor {
         let boundary = prompt::new_boundary();
         let (inputs, evidence_cut) = match provider.context_window(cancel).await {
             Some(window) => {
-                let tool_bytes = toolbox.as_ref().map_or(0, |t| {
-                    t.definitions()
-                        .iter()
-                        .map(|d| {
-                            d.name.len() + d.description.len() + d.parameters.to_string().len()
-                        })
-                        .sum()
-                });
+                let tool_bytes = toolbox
+                    .as_ref()
+                    .map_or(0, |t| budget::tool_bytes(&t.definitions()));
                 let frame =
                     prompt::initial_messages(request, &[], &boundary, toolbox.is_some(), None);
                 let budget = budget::evidence_bytes(
