@@ -181,7 +181,10 @@ async fn triage_prose_falls_back_before_the_summary_and_the_review_completes() {
         .iter()
         .filter(|e| e.channel.as_deref() == Some("review:protocol_repair"))
         .count();
-    assert_eq!(repairs, 2, "triage went through both repair rounds");
+    assert_eq!(
+        repairs, 1,
+        "triage's first repair round repeated its prose, which ended the repair (decision 182)"
+    );
     assert_eq!(doc.result.as_ref().unwrap()["triage_fallback"], true);
 }
 

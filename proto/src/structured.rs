@@ -74,6 +74,37 @@ impl Default for Bounds {
     }
 }
 
+/// The tokens one list item (a finding, a file, a verdict) is allowed when the answer's item
+/// bound is fitted to its output limit: its tags or keys and a few short sentences. Measured on
+/// SmolLM2 writing the review envelope's findings in Chinese: about 145 tokens each.
+pub const TOKENS_PER_ITEM: u32 = 192;
+
+/// The tokens an answer's frame takes besides its items (the envelope's or object's own fields).
+pub const TOKENS_PER_FRAME: u32 = 160;
+
+/// The shortest string a fitted bound still allows, in characters.
+const MIN_FITTED_LENGTH: u32 = 64;
+
+impl Bounds {
+    /// These bounds fitted to an answer of `output_tokens` (decision 182): no more items than
+    /// it has room for at [`TOKENS_PER_ITEM`] each after [`TOKENS_PER_FRAME`] (at least one),
+    /// and no string or envelope field longer than the whole limit in characters (a token is
+    /// at least one character's worth of text in every tokenizer in use). A small model that
+    /// fills every list or runs on in one field then still ends inside the limit far more
+    /// often, where under unfitted bounds it is cut off mid-answer, and every repair round that
+    /// keeps its conclusions is cut off again.
+    pub fn fitted_to_output(self, output_tokens: u32) -> Bounds {
+        let items = output_tokens.saturating_sub(TOKENS_PER_FRAME) / TOKENS_PER_ITEM;
+        let max_length = self.max_length.min(output_tokens.max(MIN_FITTED_LENGTH));
+        let line = max_length.clamp(1, MAX_LINE_CHARS);
+        Bounds {
+            max_items: self.max_items.min(items.max(1)),
+            max_length,
+            max_lines: self.max_lines.min((output_tokens / line).max(1)),
+        }
+    }
+}
+
 /// What a stage's inputs say the answer may name, read by the worker from the inputs the
 /// pipeline gives (see [`crate::wire::input_name`]).
 #[derive(Debug, Clone, Copy, Default)]
@@ -141,11 +172,14 @@ pub fn envelope_grammar(
         .map(|spec| grammar::grammar(spec, envelope_bounds(bounds), lines).to_gbnf())
 }
 
+/// The longest line of an envelope text field, in characters, whatever `max_length` says.
+const MAX_LINE_CHARS: u32 = 400;
+
 fn envelope_bounds(bounds: Bounds) -> EnvelopeBounds {
     EnvelopeBounds {
         max_items: bounds.max_items,
         max_lines: bounds.max_lines,
-        max_line_chars: bounds.max_length.clamp(1, 400),
+        max_line_chars: bounds.max_length.clamp(1, MAX_LINE_CHARS),
     }
 }
 

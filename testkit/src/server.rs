@@ -138,13 +138,25 @@ impl FakeProvider {
         })
     }
 
-    /// Answers `GET /props` as a llama.cpp server with a context window of `n_ctx` tokens does,
-    /// so clients that discover what the server supports find llama.cpp.
+    /// Answers `GET /props` as a llama.cpp server with a context window of `n_ctx` tokens and a
+    /// tool-capable chat template does, so clients that discover what the server supports find
+    /// llama.cpp.
     pub fn serve_llama_cpp_props(&self, n_ctx: u32) {
+        self.serve_llama_cpp_props_with(n_ctx, true);
+    }
+
+    /// As [`FakeProvider::serve_llama_cpp_props`], with `chat_template_caps` saying whether the
+    /// model's chat template can call tools (SmolLM2's cannot).
+    pub fn serve_llama_cpp_props_with(&self, n_ctx: u32, supports_tool_calls: bool) {
         let props = serde_json::json!({
             "default_generation_settings": {"n_ctx": n_ctx, "params": {"n_predict": -1}},
             "total_slots": 1,
             "model_path": "/models/fake.gguf",
+            "chat_template_caps": {
+                "supports_tools": supports_tool_calls,
+                "supports_tool_calls": supports_tool_calls,
+                "supports_system_role": true,
+            },
             "build_info": "fake-llama.cpp",
         });
         *self

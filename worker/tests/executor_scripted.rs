@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{PROSE, VALID_REVIEW, counter, far_future, request, rig, rig_with};
+use common::{PROSE, PROSE_AGAIN, VALID_REVIEW, counter, far_future, request, rig, rig_with};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,12 +110,54 @@ async fn conversation_repair_keeps_history_drops_tools_and_quotes_the_error() {
     );
 }
 
+/// Decision 182: a repair round that gives back the same invalid answer ends the repair; the
+/// rounds left are not paid for, and the outcome counts the calls that were made.
+#[tokio::test(start_paused = true)]
+async fn a_round_that_repeats_the_invalid_answer_ends_the_repair() {
+    let r = rig(
+        vec![
+            Step::text(PROSE),
+            Step::text(PROSE_AGAIN),
+            Step::text(&format!("  {PROSE_AGAIN}\n")),
+            Step::text(VALID_REVIEW),
+        ],
+        ExecutorSettings::default(),
+    );
+    let req = request(
+        StageKind::Review,
+        RepairMode::Conversation,
+        3,
+        far_future(&r),
+    );
+    let e = r.executor.execute(&req, &CancellationToken::new()).await;
+    match &e.result.outcome {
+        StageOutcome::InvalidOutput {
+            attempts, preview, ..
+        } => {
+            assert_eq!(
+                *attempts, 3,
+                "the answer and two rounds, the second a repeat"
+            );
+            assert_eq!(preview.trim(), PROSE_AGAIN);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.provider.requests().len(), 3, "round three was never sent");
+    let outcomes: Vec<_> = r
+        .store
+        .events_of_type(EventType::ProtocolRepair)
+        .iter()
+        .map(|e| e.data["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, vec!["invalid", "invalid"]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn repaired_in_round_three_and_exhausted_after_the_last_round() {
     let r = rig(
         vec![
             Step::text(PROSE),
-            Step::text(PROSE),
+            Step::text(PROSE_AGAIN),
             Step::text(PROSE),
             Step::text(VALID_REVIEW),
         ],
@@ -142,7 +184,7 @@ async fn repaired_in_round_three_and_exhausted_after_the_last_round() {
     let r = rig(
         vec![
             Step::text(PROSE),
-            Step::text(PROSE),
+            Step::text(PROSE_AGAIN),
             Step::text(PROSE),
             Step::text(last),
         ],

@@ -139,8 +139,15 @@ async fn a_review_stage_on_the_real_local_model_ends_classified() {
             ..
         } => {
             assert!(!diagnostics.is_empty());
-            assert_eq!(*attempts, 3, "the original answer and both repair rounds");
-            assert_eq!(store.events_of_type(EventType::ProtocolRepair).len(), 2);
+            // Both repair rounds, or one when it repeated the invalid answer (decision 182).
+            assert!(
+                (2..=3).contains(attempts),
+                "the original answer and its repair rounds: {attempts}"
+            );
+            assert_eq!(
+                store.events_of_type(EventType::ProtocolRepair).len() as u32,
+                attempts - 1
+            );
         }
         StageOutcome::ExecutionFailure { kind, message, .. } => {
             panic!("a healthy local server must answer; got execution failure {kind}: {message}")

@@ -36,6 +36,8 @@ const DIFF: &str = "diff --git a/src/lib.rs b/src/lib.rs\n--- a/src/lib.rs\n+++ 
 const VALID: &str = "<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>5</SCORE>\n<DECISION>request_changes</DECISION>\n<DECISION_REASON>\nAn index can go out of bounds.\n</DECISION_REASON>\n<SUMMARY>\nAdds a tokens helper.\n</SUMMARY>\n<FINDINGS>\n<FINDING>\n<SEVERITY>major</SEVERITY>\n<FILE>src/lib.rs</FILE>\n<START_LINE>2</START_LINE>\n<END_LINE>2</END_LINE>\n<TITLE>Unchecked index</TITLE>\n<DESCRIPTION>\n`t[i + 1]` panics at the end of the input.\n</DESCRIPTION>\n<SUGGESTION>NONE</SUGGESTION>\n</FINDING>\n</FINDINGS>\n</SAKURA_REVIEW>\n";
 const PROSE: &str =
     "Looking at the change, the tokens helper indexes past the end. I'd request changes.";
+/// Another invalid answer: a round that repeats the one before ends the repair (decision 182).
+const PROSE_AGAIN: &str = "As I said: the helper reads past the end, so request changes.";
 
 struct Env {
     fake: FakeProvider,
@@ -296,7 +298,7 @@ async fn repaired_in_round_one_and_round_three_with_full_history_and_no_tools() 
             kind,
             Script::new([
                 Behaviour::text(PROSE),
-                Behaviour::text(PROSE),
+                Behaviour::text(PROSE_AGAIN),
                 Behaviour::text(VALID.replace("<SCORE>5</SCORE>", "<SCORE>11</SCORE>")),
                 Behaviour::text(VALID),
             ]),
@@ -340,7 +342,7 @@ async fn invalid_through_every_round_is_invalid_output_with_the_last_error() {
             kind,
             Script::new([
                 Behaviour::text(PROSE),
-                Behaviour::text(PROSE),
+                Behaviour::text(PROSE_AGAIN),
                 Behaviour::text(PROSE),
                 Behaviour::truncated("<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>5"),
             ]),
@@ -861,6 +863,31 @@ async fn a_constraint_the_provider_refuses_is_dropped_once_and_that_model_is_ask
     assert_eq!(downgrades(&e, "json_schema"), 1.0);
 }
 
+/// Decision 182: a list's bound on the wire is what the call's output limit holds.
+#[tokio::test]
+async fn a_constraints_lists_are_bounded_to_what_the_output_limit_holds() {
+    for (max_tokens, findings) in [(1024, 4), (8192, 20)] {
+        let fake = FakeProvider::start().await;
+        fake.script(MODEL, Script::new([Behaviour::text(REVIEWER_ANSWER)]));
+        let mut s = provider_settings(
+            ProviderKind::Openai,
+            &fake.base_url(),
+            Duration::from_secs(10),
+        );
+        s.structured_output = StructuredOutput::JsonSchema;
+        s.max_tokens = Some(max_tokens);
+        let e = env_with(s, fake, settings()).await;
+        run(&e, &request(StageKind::Reviewer, false, LONG)).await;
+        let sent = e.fake.requests_for(MODEL);
+        let schema = &sent[0].body["response_format"]["json_schema"]["schema"];
+        assert_eq!(
+            schema["properties"]["findings"]["maxItems"],
+            json!(findings),
+            "max_tokens {max_tokens}: {schema}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_400_that_does_not_name_the_constraint_fails_closed() {
     let e = structured_env(
@@ -996,6 +1023,44 @@ async fn auto_on_llama_cpp_takes_the_grammar_and_sizes_every_call_to_the_servers
         "{max_tokens} after {prompt_bytes} bytes"
     );
     assert!(max_tokens >= 256);
+}
+
+/// Decision 181: a model whose chat template cannot call tools is not offered them, so even a
+/// stage that names tools starts with a constrained turn; one whose template can is offered them.
+#[tokio::test]
+async fn a_llama_cpp_template_without_tool_calls_gets_no_tools_and_a_constrained_first_turn() {
+    for supports_tool_calls in [false, true] {
+        let fake = FakeProvider::start().await;
+        fake.serve_llama_cpp_props_with(8192, supports_tool_calls);
+        fake.script(MODEL, Script::new([Behaviour::text(VALID)]));
+        let mut s = provider_settings(
+            ProviderKind::Openai,
+            &fake.base_url(),
+            Duration::from_secs(10),
+        );
+        s.structured_output = StructuredOutput::Auto;
+        let e = env_with(s, fake, settings()).await;
+        let x = run(&e, &request(StageKind::Review, true, LONG)).await;
+        assert!(
+            matches!(x.result.outcome, StageOutcome::Ok { .. }),
+            "{:?}",
+            x.result.outcome
+        );
+        let sent = e.fake.requests_for(MODEL);
+        assert_eq!(has_tools(&sent[0]), supports_tool_calls, "{}", sent[0].body);
+        assert_eq!(
+            sent[0].body.get("grammar").is_some(),
+            !supports_tool_calls,
+            "{}",
+            sent[0].body
+        );
+        let system = sent[0].messages()[0]["content"].as_str().unwrap_or("");
+        assert_eq!(
+            system.contains("read-only tools"),
+            supports_tool_calls,
+            "the prompt names the tools only when they are offered"
+        );
+    }
 }
 
 #[tokio::test]

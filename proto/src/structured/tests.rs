@@ -477,3 +477,24 @@ fn a_validator_schema_admits_no_severity_on_a_rejection_and_names_only_the_given
         serde_json::json!(["F1", "F3"])
     );
 }
+
+#[test]
+fn bounds_fitted_to_the_output_limit_leave_room_for_every_item_and_field() {
+    let bounds = Bounds::default();
+    let fitted = bounds.fitted_to_output(1024);
+    assert_eq!(
+        (fitted.max_items, fitted.max_length, fitted.max_lines),
+        (4, 1024, 2)
+    );
+    assert_eq!(bounds.fitted_to_output(16_384), bounds);
+    let small = bounds.fitted_to_output(256);
+    assert_eq!(
+        (small.max_items, small.max_length, small.max_lines),
+        (1, 256, 1)
+    );
+    let none = bounds.fitted_to_output(0);
+    assert_eq!(
+        (none.max_items, none.max_length, none.max_lines),
+        (1, 64, 1)
+    );
+}

@@ -103,8 +103,7 @@ pub fn size(
     output_limit: Option<u32>,
 ) -> Result<(), ProviderError> {
     let prompt = prompt_tokens(&request.messages, tool_bytes(&request.tools));
-    let room = room(window, prompt);
-    if room < u64::from(MIN_OUTPUT_TOKENS) {
+    if room(window, prompt) < u64::from(MIN_OUTPUT_TOKENS) {
         return Err(ProviderError::new(
             FailureKind::BadRequest,
             format!(
@@ -113,13 +112,19 @@ pub fn size(
             ),
         ));
     }
+    request.max_tokens = Some(output_tokens(request, window, output_limit));
+    Ok(())
+}
+
+/// The output limit [`size`] gives `request` in `window`: the request's own, else the
+/// configured one, else [`default_output_tokens`], cut to the room the prompt leaves.
+pub fn output_tokens(request: &ChatRequest, window: u32, output_limit: Option<u32>) -> u32 {
+    let prompt = prompt_tokens(&request.messages, tool_bytes(&request.tools));
     let wanted = request
         .max_tokens
         .or(output_limit)
         .unwrap_or(default_output_tokens(window));
-    let cut = u32::try_from(room.min(u64::from(wanted))).unwrap_or(wanted);
-    request.max_tokens = Some(cut);
-    Ok(())
+    u32::try_from(room(window, prompt).min(u64::from(wanted))).unwrap_or(wanted)
 }
 
 #[cfg(test)]

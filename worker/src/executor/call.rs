@@ -165,13 +165,6 @@ pub(super) async fn ai_call(
         }
     };
     let mut tool_names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
-    // A schema or grammar and tool calls exclude each other: only calls without tools are
-    // constrained (the final answer after the deadline, stages without tools, every repair).
-    let constraint = if tools.is_empty() {
-        constraint_for(ctx, &ctx.route.model).await
-    } else {
-        None
-    };
     let mut request = ChatRequest {
         model: ctx.route.model.clone(),
         messages,
@@ -179,8 +172,13 @@ pub(super) async fn ai_call(
         tool_choice,
         temperature,
         max_tokens: None,
-        constraint,
+        constraint: None,
     };
+    // A schema or grammar and tool calls exclude each other: only calls without tools are
+    // constrained (the final answer after the deadline, stages without tools, every repair).
+    if request.tools.is_empty() {
+        request.constraint = constraint_for(ctx, &request).await;
+    }
     let seq = conv.next_seq();
 
     loop {
@@ -251,7 +249,7 @@ pub(super) async fn ai_call(
                 request.messages = conv.messages().to_vec();
                 request.tools.clear();
                 request.tool_choice = ToolChoice::None;
-                request.constraint = constraint_for(ctx, &request.model).await;
+                request.constraint = constraint_for(ctx, &request).await;
                 tool_names.clear();
             }
             Err(Stop::Failed(mut failure)) => {
@@ -304,22 +302,36 @@ pub(super) async fn ai_call(
     }
 }
 
-/// The decoding constraint for a call without tools to the route's provider and `model`: the
+/// The decoding constraint for `request`, a call without tools to the route's provider: the
 /// stage's `structured_output` override, else the provider's mode (`auto` resolved), unless the
-/// provider already refused a constraint for that model.
-async fn constraint_for(ctx: &CallContext<'_>, model: &str) -> Option<OutputConstraint> {
+/// provider already refused a constraint for that model; its lists bounded to what the call's
+/// output limit holds (decision 182).
+async fn constraint_for(ctx: &CallContext<'_>, request: &ChatRequest) -> Option<OutputConstraint> {
     let provider = &ctx.route.provider;
-    if provider.refuses_constraint(model) {
+    if provider.refuses_constraint(&request.model) {
         return None;
     }
     let mode = match ctx.request.structured_output {
         Some(mode) if mode != StructuredOutput::Auto => mode,
         _ => provider.structured_output(ctx.cancel).await,
     };
+    if mode == StructuredOutput::Off {
+        return None;
+    }
+    // Lists no longer than the call's output limit holds: the answer ends inside it.
+    let output_tokens = match provider.context_window(ctx.cancel).await {
+        Some(window) => Some(budget::output_tokens(
+            request,
+            window,
+            provider.output_limit(),
+        )),
+        None => request.max_tokens.or(provider.output_limit()),
+    };
+    let bounds = provider.structured_bounds();
     structured::constraint(
         ctx.request.protocol,
         mode,
-        provider.structured_bounds(),
+        output_tokens.map_or(bounds, |tokens| bounds.fitted_to_output(tokens)),
         ctx.scope.as_scope(),
     )
 }

@@ -381,8 +381,11 @@ impl StageExecutor {
             },
             _ => None,
         };
+        // A model whose server says it cannot call tools is not offered them: its first turn
+        // then carries the decoding constraint instead of running on unconstrained.
+        let offers_tools = !request.tools.is_empty() && provider.calls_tools(cancel).await;
         let toolbox = match &snapshot {
-            Some(s) if !request.tools.is_empty() => Some(ToolBox::new(
+            Some(s) if offers_tools => Some(ToolBox::new(
                 s.clone(),
                 &request.tools,
                 self.settings.tool_limits.clone(),

@@ -107,6 +107,7 @@ pub(super) async fn judge(
         .max_attempts
         .clamp(*MAX_ATTEMPTS_RANGE.start(), *MAX_ATTEMPTS_RANGE.end());
     let mut last = original.clone();
+    let mut rounds = max;
     for number in 1..=max {
         let round = Round { number, max, mode };
         let span = tracing::info_span!(
@@ -160,13 +161,26 @@ pub(super) async fn judge(
             Err(remaining) => {
                 span.record("outcome", "invalid");
                 round_done(ctx, conv, round, &problem, Some(&remaining), "invalid").await;
+                // The same invalid answer again: a temperature-0 round asked to change nothing
+                // but the form has not changed it, and the next would pay for it once more
+                // (decision 182). The rounds left are not run.
+                let repeated = response.content.trim() == last.trim();
                 problem = Problem::Protocol(remaining);
                 last = response.content;
+                if repeated && number < max {
+                    tracing::info!(
+                        round = number,
+                        max,
+                        "the repair round repeated the invalid answer; no further rounds"
+                    );
+                    rounds = number;
+                    break;
+                }
             }
         }
     }
     if let Some(valid) = best {
-        return Ok(settle(ctx, conv, valid, 1 + u32::from(max)));
+        return Ok(settle(ctx, conv, valid, 1 + u32::from(rounds)));
     }
     let diagnostics = problem.diagnostics().clone();
     Ok(StageOutcome::InvalidOutput {
@@ -174,7 +188,7 @@ pub(super) async fn judge(
         error: bounded(&diagnostics.to_string()),
         diagnostics,
         preview: safe_preview(&last, ctx.settings.preview_chars),
-        attempts: 1 + u32::from(max),
+        attempts: 1 + u32::from(rounds),
     })
 }
 

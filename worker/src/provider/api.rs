@@ -77,6 +77,9 @@ pub struct ServerFacts {
     pub llama_cpp: bool,
     /// Its context window in tokens (llama.cpp's `n_ctx`).
     pub context_window: Option<u32>,
+    /// The server said its chat template cannot call tools (llama.cpp's
+    /// `chat_template_caps.supports_tool_calls` is `false`); unknown reads as able.
+    pub cannot_call_tools: bool,
 }
 
 /// A provider speaking the HTTP API `W`: its settings and one pooled HTTP client.
@@ -201,6 +204,10 @@ impl<W: WireFormat> Provider for ApiProvider<W> {
                 None => self.facts(cancel).await.context_window,
             }
         })
+    }
+
+    fn calls_tools<'a>(&'a self, cancel: &'a CancellationToken) -> BoxFuture<'a, bool> {
+        Box::pin(async move { !self.facts(cancel).await.cannot_call_tools })
     }
 
     fn output_limit(&self) -> Option<u32> {

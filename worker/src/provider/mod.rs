@@ -96,6 +96,13 @@ pub trait Provider: Send + Sync + fmt::Debug {
         Box::pin(async { None })
     }
 
+    /// Whether the model can be offered tools. `false` only where the server says its chat
+    /// template cannot call them (llama.cpp's `chat_template_caps`): such a model never sees
+    /// the tool definitions, so offering them would only cost the first turn its constraint.
+    fn calls_tools<'a>(&'a self, _cancel: &'a CancellationToken) -> BoxFuture<'a, bool> {
+        Box::pin(async { true })
+    }
+
     /// The configured output limit of one call (`max_tokens`), if any.
     fn output_limit(&self) -> Option<u32> {
         None

@@ -105,22 +105,29 @@ impl WireFormat for OpenAi {
     }
 }
 
-/// What a `/props` body says: llama.cpp's holds `default_generation_settings`, with `n_ctx`.
+/// What a `/props` body says: llama.cpp's holds `default_generation_settings`, with `n_ctx`,
+/// and `chat_template_caps`, which says whether the model's chat template can call tools.
 fn llama_cpp_facts(body: &[u8]) -> ServerFacts {
-    let settings = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("default_generation_settings").cloned())
-        .filter(Value::is_object);
-    match settings {
-        Some(settings) => ServerFacts {
-            llama_cpp: true,
-            context_window: settings
-                .get("n_ctx")
-                .and_then(Value::as_u64)
-                .and_then(|n| u32::try_from(n).ok())
-                .filter(|&n| n > 0),
-        },
-        None => ServerFacts::default(),
+    let Ok(props) = serde_json::from_slice::<Value>(body) else {
+        return ServerFacts::default();
+    };
+    let Some(settings) = props
+        .get("default_generation_settings")
+        .filter(|s| s.is_object())
+    else {
+        return ServerFacts::default();
+    };
+    ServerFacts {
+        llama_cpp: true,
+        context_window: settings
+            .get("n_ctx")
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|&n| n > 0),
+        cannot_call_tools: props
+            .pointer("/chat_template_caps/supports_tool_calls")
+            .and_then(Value::as_bool)
+            == Some(false),
     }
 }
 

@@ -19,6 +19,8 @@ use verdict_worker::provider::scripted::{ScriptedProvider, Step};
 
 pub const VALID_REVIEW: &str = "<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>8</SCORE>\n<DECISION>approve</DECISION>\n<DECISION_REASON>\nFine.\n</DECISION_REASON>\n<SUMMARY>\nSmall change.\n</SUMMARY>\n<FINDINGS>\n</FINDINGS>\n</SAKURA_REVIEW>\n";
 pub const PROSE: &str = "The change looks good to me. I would approve it with a score of 8.";
+/// Another invalid answer: a round that repeats the one before ends the repair (decision 182).
+pub const PROSE_AGAIN: &str = "As I said, it looks fine: approve, score 8.";
 
 pub struct Rig {
     pub executor: StageExecutor,
