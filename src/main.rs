@@ -40,6 +40,9 @@ enum Command {
     Scan(commands::scan::Args),
     /// Follow a task's progress as readable milestones until it ends.
     Tail(commands::tail::Args),
+    /// Show a task's transcripts (of one stage, or all): every message, tool call, raw response
+    /// and repair round in full, secrets redacted.
+    Transcript(commands::transcript::Args),
     /// Write the organisation report (report.json, report.html) of finished scan tasks.
     Report(commands::report::Args),
     /// Run the scheduler: the HTTP API, pipelines, results and sweeper (RabbitMQ + Redis).
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         Command::Submit(args) => commands::submit::run(args),
         Command::Scan(args) => commands::scan::run(args),
         Command::Tail(args) => commands::tail::run(args),
+        Command::Transcript(args) => commands::transcript::run(args),
         Command::Report(args) => commands::report::run(args),
         Command::Scheduler(args) => commands::scheduler::run(args),
         Command::Worker(args) => commands::worker::run(args),

@@ -157,6 +157,7 @@ impl Assembly {
                 metrics: self.scheduler_metrics()?,
                 budgets: store.clone(),
                 liveness: store.clone(),
+                transcripts: store.clone(),
             },
             scheduler_settings(&self.config),
         ))

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use verdict_backends::BoxFuture;
 use verdict_backends::secret::Secret;
 use verdict_backends::store::StoredEvent;
+use verdict_proto::transcript::Transcript;
 use verdict_proto::wire::{EventType, ProgressEvent, Usage, WIRE_VERSION};
 use verdict_scheduler::api::{self, ApiAuth};
 use verdict_scheduler::document::{Coverage, TaskDocument, TaskKind, TaskState, Timings};
@@ -33,6 +34,8 @@ const AT: u64 = (19_000 * 86_400 + 12 * 3600 + 3 * 60 + 4) * 1000;
 struct Finished {
     tasks: Mutex<HashMap<String, (TaskDocument, Vec<StoredEvent>)>>,
     submissions: Mutex<Vec<Value>>,
+    /// Transcripts by task, as a store would hold them.
+    transcripts: Mutex<HashMap<String, Vec<Transcript>>>,
 }
 
 fn event(task: &str, at: u64, kind: EventType, stage: Option<&str>, msg: &str) -> ProgressEvent {
@@ -203,6 +206,27 @@ impl TaskService for Finished {
                 .position(|e| Some(e.id.as_str()) == after)
                 .map_or(0, |i| i + 1);
             Ok(events[from..].to_vec())
+        })
+    }
+
+    fn transcripts<'a>(
+        &'a self,
+        id: &'a str,
+        stage: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Transcript>, ServiceError>> {
+        Box::pin(async move {
+            if !self.tasks.lock().unwrap().contains_key(id) {
+                return Err(ServiceError::NotFound(id.to_owned()));
+            }
+            let mut all = self
+                .transcripts
+                .lock()
+                .unwrap()
+                .get(id)
+                .cloned()
+                .unwrap_or_default();
+            all.retain(|t| stage.is_none_or(|s| t.stage_id == s));
+            Ok(all)
         })
     }
 
@@ -465,4 +489,92 @@ async fn a_refused_token_or_unknown_task_names_the_server_and_the_api_message() 
         "{}",
         stderr(&out)
     );
+}
+
+/// `verdict transcript TASK [STAGE]` prints every message and raw response of the task's
+/// attempts as text, `--json` the API's document; an unknown task names the task.
+#[tokio::test]
+async fn transcript_prints_every_message_of_the_attempts_and_json_on_request() {
+    use verdict_proto::chat::{ChatResponse, FinishReason, Message, TokenUsage};
+    use verdict_proto::transcript::{CallPurpose, TranscriptEntry};
+    let (server, service) = serve().await;
+    let id = service.add(
+        TaskKind::Review,
+        TaskState::Incomplete,
+        Some("summary invalid"),
+        None,
+    );
+    let attempt = |stage: &str, answer: &str| Transcript {
+        task_id: id.clone(),
+        stage_id: stage.to_owned(),
+        stage: verdict_proto::wire::StageKind::Summary,
+        attempt: 1,
+        started_unix_ms: AT,
+        finished_unix_ms: AT + 1500,
+        tools_offered: vec![],
+        entries: vec![TranscriptEntry::Call {
+            seq: 1,
+            purpose: CallPurpose::Turn,
+            provider: "local".into(),
+            model: "smollm2".into(),
+            new_messages: vec![
+                Message::system("You summarise pull requests."),
+                Message::user("the diff of src/cart.py"),
+            ],
+            tools: vec![],
+            temperature: None,
+            response: Some(ChatResponse {
+                content: answer.to_owned(),
+                tool_calls: vec![],
+                finish: FinishReason::Stop,
+                usage: TokenUsage {
+                    input_tokens: 12,
+                    output_tokens: 5,
+                },
+                raw: format!("{{\"choices\":[{{\"message\":{{\"content\":\"{answer}\"}}}}]}}"),
+            }),
+            error: None,
+            latency_ms: 1500,
+            reused: false,
+        }],
+        usage: TokenUsage::default(),
+        outcome: None,
+    };
+    service.transcripts.lock().unwrap().insert(
+        id.clone(),
+        vec![
+            attempt("summary", "It adds coupons."),
+            attempt("triage", "review"),
+        ],
+    );
+
+    let out = verdict(&server, Some(TOKEN), &["transcript", &id]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    for part in [
+        "=== task t-1 stage summary (summary) attempt 1",
+        "[system]\nYou summarise pull requests.",
+        "[user]\nthe diff of src/cart.py",
+        "It adds coupons.",
+        "[raw response]",
+        "stage triage",
+    ] {
+        assert!(text.contains(part), "missing {part:?} in\n{text}");
+    }
+
+    let out = verdict(
+        &server,
+        Some(TOKEN),
+        &["transcript", &id, "triage", "--json"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["task_id"], id.as_str());
+    assert_eq!(doc["transcripts"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["transcripts"][0]["stage_id"], "triage");
+
+    let out = verdict(&server, Some(TOKEN), &["transcript", "t-404"]).await;
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("t-404"), "{}", stderr(&out));
 }

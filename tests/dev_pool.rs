@@ -188,6 +188,69 @@ async fn triage_prose_falls_back_before_the_summary_and_the_review_completes() {
     assert_eq!(doc.result.as_ref().unwrap()["triage_fallback"], true);
 }
 
+/// Issue 14: an operator can read why a stage failed. The triage stage's transcripts come back
+/// over the API (the scheduler's route, from the store the workers wrote them to): the prose
+/// answer, its repair round and the outcome, in full; an unknown stage is a 404 naming the
+/// task's stages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stages_transcripts_are_read_back_through_the_api() {
+    let rig = rig(|fake| {
+        happy(fake);
+        fake.script(
+            scenario::TRIAGE,
+            Script::always(Behaviour::text(scenario::PROSE)),
+        );
+    })
+    .await;
+    let doc = run(&rig, "multi").await;
+    const TOKEN: &str = "transcripts-token";
+    let auth = verdict_scheduler::api::ApiAuth::new([verdict_backends::secret::Secret::new(TOKEN)])
+        .unwrap();
+    let router = verdict_scheduler::api::router(
+        Arc::new(rig.pool.scheduler.clone()),
+        auth,
+        prometheus::Registry::new(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client = verdict_scheduler::client::ApiClient::new(
+        &format!("http://{addr}"),
+        Some(TOKEN.to_owned()),
+    )
+    .unwrap();
+
+    let triage = client.transcripts(&doc.id, Some("triage")).await.unwrap();
+    assert_eq!(triage.task_id, doc.id);
+    let [attempt] = triage.transcripts.as_slice() else {
+        panic!("one triage attempt: {:#?}", triage.transcripts)
+    };
+    let text = attempt.to_text();
+    assert!(text.contains(scenario::PROSE), "{text}");
+    assert!(text.contains("--- repair round 1 of"), "{text}");
+    assert!(text.contains("--- outcome"), "{text}");
+
+    let all = client.transcripts(&doc.id, None).await.unwrap();
+    let stages: Vec<&str> = all
+        .transcripts
+        .iter()
+        .map(|t| t.stage_id.as_str())
+        .collect();
+    assert!(
+        stages.contains(&"triage") && stages.contains(&"summary"),
+        "{stages:?}"
+    );
+    let missing = client
+        .transcripts(&doc.id, Some("no-such-stage"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        missing.contains("has no stage `no-such-stage`") && missing.contains("triage"),
+        "{missing}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reviewer_answering_prose_makes_the_task_incomplete() {
     let rig = rig(|fake| {

@@ -76,6 +76,14 @@ impl RedisFixture {
             .unwrap()
     }
 
+    async fn raw_get(&self, key: &str) -> Vec<u8> {
+        redis::cmd("GET")
+            .arg(format!("{}{key}", self.prefix))
+            .query_async(&mut self.raw.clone())
+            .await
+            .unwrap()
+    }
+
     async fn raw_set(&self, key: &str, value: &str) {
         let () = redis::cmd("SET")
             .arg(format!("{}{key}", self.prefix))
@@ -713,12 +721,9 @@ fn transcript(task: &str, stage: &str, attempt: u32, started: u64) -> Transcript
 }
 
 /// Transcripts are read back per task, oldest attempt first, one per attempt (a redelivered
-/// attempt's transcript replaces the earlier one). `read` is the backend's own read-back, which
-/// the trait leaves out: only operators read transcripts.
-async fn check_transcripts(
-    store: &dyn TranscriptStore,
-    read: impl AsyncFn(&str) -> Vec<Transcript>,
-) {
+/// attempt's transcript replaces the earlier one).
+async fn check_transcripts(store: &dyn TranscriptStore) {
+    let read = async |task: &str| store.of_task(task).await.unwrap();
     assert!(read("t8").await.is_empty());
     for (stage, attempt, started) in [
         ("reviewer-1", 2, 30),
@@ -874,7 +879,7 @@ async fn memory_executor_stores() {
     check_inputs(&store).await;
     check_journal(&store).await;
     check_response_cache(&store).await;
-    check_transcripts(&store, async |task: &str| store.transcripts_of(task)).await;
+    check_transcripts(&store).await;
 }
 
 /// Heartbeat leases: alive while beaten, a lapsed or left lease is nobody's, holders apart.
@@ -944,10 +949,7 @@ async fn redis_executor_stores() {
         f.pttl("cache:scan/p3/v1/abc").await > 0,
         "cached answers expire"
     );
-    check_transcripts(&f.store, async |task: &str| {
-        f.store.transcripts_of(task).await.unwrap()
-    })
-    .await;
+    check_transcripts(&f.store).await;
     let diff = content_hash(b"diff --git a/x b/x\n+hello\n");
     for key in [
         format!("input:{diff}"),
@@ -962,6 +964,54 @@ async fn redis_executor_stores() {
 
 // ---------------------------------------------------------------------------------------------
 // Redis only: stored garbage, an unreachable server
+
+/// A transcript is stored compressed, a third of its JSON or less when its prompt text repeats
+/// itself; one stored as plain JSON (before compression) still reads.
+#[tokio::test]
+async fn redis_transcripts_are_stored_compressed_and_plain_ones_still_read() {
+    let f = RedisFixture::new().await;
+    let mut t = transcript("t9", "summary", 1, 5);
+    let contract = "Answer with exactly one JSON object that follows the contract. ".repeat(200);
+    t.entries = vec![verdict_proto::transcript::TranscriptEntry::Call {
+        seq: 1,
+        purpose: verdict_proto::transcript::CallPurpose::Turn,
+        provider: "local".into(),
+        model: "m".into(),
+        new_messages: vec![verdict_proto::chat::Message::system(contract)],
+        tools: vec![],
+        temperature: None,
+        response: Some(chat_response("{}")),
+        error: None,
+        latency_ms: 3,
+        reused: false,
+    }];
+    TranscriptStore::put(&f.store, t.clone()).await.unwrap();
+    let stored = f.raw_get("transcript:t9:summary:1").await;
+    let json = serde_json::to_vec(&t).unwrap();
+    assert_eq!(&stored[..4], &[0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
+    assert!(
+        stored.len() * 3 < json.len(),
+        "{} of {}",
+        stored.len(),
+        json.len()
+    );
+    assert_eq!(f.store.of_task("t9").await.unwrap(), vec![t.clone()]);
+
+    let mut legacy = transcript("t9", "reviewer-1", 1, 7);
+    legacy.finished_unix_ms = 42;
+    f.raw_set(
+        "transcript:t9:reviewer-1:1",
+        &serde_json::to_string(&legacy).unwrap(),
+    )
+    .await;
+    let () = redis::cmd("SADD")
+        .arg(format!("{}transcripts:t9", f.prefix))
+        .arg(format!("{}transcript:t9:reviewer-1:1", f.prefix))
+        .query_async(&mut f.raw.clone())
+        .await
+        .unwrap();
+    assert_eq!(f.store.of_task("t9").await.unwrap(), vec![t, legacy]);
+}
 
 #[tokio::test]
 async fn redis_garbage_is_reported_as_corrupt_not_unavailable() {

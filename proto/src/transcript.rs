@@ -148,6 +148,185 @@ impl Transcript {
     }
 }
 
+impl Transcript {
+    /// The transcript as an operator reads it (`verdict transcript`): every message, tool call,
+    /// raw response and repair round in full, in order, each under a one-line heading.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let outcome = self
+            .outcome
+            .as_ref()
+            .map_or("unfinished", StageOutcome::label);
+        let _ = writeln!(
+            out,
+            "=== task {} stage {} ({}) attempt {}: {outcome}; {} ms; {} input and {} output tokens",
+            self.task_id,
+            self.stage_id,
+            self.stage.as_str(),
+            self.attempt,
+            self.finished_unix_ms.saturating_sub(self.started_unix_ms),
+            self.usage.input_tokens,
+            self.usage.output_tokens,
+        );
+        if !self.tools_offered.is_empty() {
+            let names: Vec<&str> = self.tools_offered.iter().map(|t| t.name.as_str()).collect();
+            let _ = writeln!(out, "tools offered: {}", names.join(", "));
+        }
+        for entry in &self.entries {
+            entry.write_text(&mut out);
+        }
+        if let Some(outcome) = &self.outcome
+            && let Ok(json) = serde_json::to_string_pretty(outcome)
+        {
+            let _ = writeln!(out, "--- outcome\n{json}");
+        }
+        out
+    }
+}
+
+impl TranscriptEntry {
+    fn write_text(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        match self {
+            TranscriptEntry::Call {
+                seq,
+                purpose,
+                provider,
+                model,
+                new_messages,
+                tools,
+                temperature,
+                response,
+                error,
+                latency_ms,
+                reused,
+            } => {
+                let purpose = match purpose {
+                    CallPurpose::Turn => "turn",
+                    CallPurpose::Repair => "repair",
+                };
+                let temperature = temperature.map_or("default".to_owned(), |t| t.to_string());
+                let tools = if tools.is_empty() {
+                    "none".to_owned()
+                } else {
+                    tools.join(", ")
+                };
+                let reused = if *reused {
+                    ", reused from the journal"
+                } else {
+                    ""
+                };
+                let _ = writeln!(
+                    out,
+                    "--- call {seq} ({purpose}) to {provider} model {model}: temperature {temperature}, tools {tools}, {latency_ms} ms{reused}"
+                );
+                for m in new_messages {
+                    let role = match m.role {
+                        crate::chat::Role::System => "system",
+                        crate::chat::Role::User => "user",
+                        crate::chat::Role::Assistant => "assistant",
+                        crate::chat::Role::Tool => "tool",
+                    };
+                    match &m.tool_call_id {
+                        Some(id) => {
+                            let _ = writeln!(out, "[{role} answering {id}]\n{}", m.content);
+                        }
+                        None => {
+                            let _ = writeln!(out, "[{role}]\n{}", m.content);
+                        }
+                    }
+                    for c in &m.tool_calls {
+                        let _ = writeln!(out, "[tool call {} {}] {}", c.id, c.name, c.arguments);
+                    }
+                }
+                if let Some(r) = response {
+                    let _ = writeln!(
+                        out,
+                        "[response: {:?}, {} input and {} output tokens]\n{}",
+                        r.finish, r.usage.input_tokens, r.usage.output_tokens, r.content
+                    );
+                    for c in &r.tool_calls {
+                        let _ = writeln!(out, "[tool call {} {}] {}", c.id, c.name, c.arguments);
+                    }
+                    if !r.raw.is_empty() {
+                        let _ = writeln!(out, "[raw response]\n{}", r.raw);
+                    }
+                }
+                if let Some(e) = error {
+                    let _ = writeln!(out, "[failed] {e}");
+                }
+            }
+            TranscriptEntry::Retry {
+                seq,
+                kind,
+                wait_ms,
+                message,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "--- retry of call {seq} after {wait_ms} ms ({kind}): {message}"
+                );
+            }
+            TranscriptEntry::ToolCall {
+                call_id,
+                name,
+                arguments,
+                executed,
+                output,
+                is_error,
+                truncated,
+            } => {
+                let state = match (executed, is_error, truncated) {
+                    (false, _, _) => "not executed",
+                    (true, true, _) => "error",
+                    (true, false, true) => "truncated",
+                    (true, false, false) => "ok",
+                };
+                let _ = writeln!(
+                    out,
+                    "--- tool {name} ({call_id}, {state}) {arguments}\n{output}"
+                );
+            }
+            TranscriptEntry::DeadlineReached { at_unix_ms } => {
+                let _ = writeln!(out, "--- soft deadline reached at {at_unix_ms} (unix ms)");
+            }
+            TranscriptEntry::RepairRound {
+                attempt,
+                max,
+                mode,
+                error,
+                outcome,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "--- repair round {attempt} of {max} ({mode}): {outcome}\n{error}"
+                );
+            }
+            TranscriptEntry::ConsistencyWarning { original, repaired } => {
+                let _ = writeln!(
+                    out,
+                    "--- consistency warning: {original} findings before the repair, {repaired} after"
+                );
+            }
+            TranscriptEntry::Grounding {
+                located,
+                corrected,
+                unlocated,
+                notes,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "--- grounding: {located} located, {corrected} corrected, {unlocated} unlocated"
+                );
+                for n in notes {
+                    let _ = writeln!(out, "  {n}");
+                }
+            }
+        }
+    }
+}
+
 fn redact_message(m: &mut Message) {
     m.content = redact(&m.content);
     for c in &mut m.tool_calls {
@@ -211,5 +390,74 @@ mod tests {
         };
         let text = serde_json::to_string(&t.redacted()).unwrap();
         assert!(!text.contains("ABCDEFGHIJ"), "{text}");
+    }
+
+    #[test]
+    fn the_text_shows_every_message_response_and_tool_output_in_full() {
+        let long = "line of the system prompt\n".repeat(300);
+        let t = Transcript {
+            task_id: "t-1".into(),
+            stage_id: "reviewer-1".into(),
+            stage: StageKind::Reviewer,
+            attempt: 2,
+            started_unix_ms: 1_000,
+            finished_unix_ms: 1_250,
+            tools_offered: vec![],
+            entries: vec![
+                TranscriptEntry::Call {
+                    seq: 1,
+                    purpose: CallPurpose::Turn,
+                    provider: "local".into(),
+                    model: "smollm2".into(),
+                    new_messages: vec![Message::system(long.clone()), Message::user("the diff")],
+                    tools: vec!["read".into()],
+                    temperature: None,
+                    response: Some(ChatResponse {
+                        content: "not json".into(),
+                        tool_calls: vec![],
+                        finish: FinishReason::Length,
+                        usage: TokenUsage {
+                            input_tokens: 7,
+                            output_tokens: 9,
+                        },
+                        raw: "{\"choices\":[]}".into(),
+                    }),
+                    error: None,
+                    latency_ms: 40,
+                    reused: false,
+                },
+                TranscriptEntry::ToolCall {
+                    call_id: "c1".into(),
+                    name: "read".into(),
+                    arguments: "{\"path\":\"src/a.rs\"}".into(),
+                    executed: true,
+                    output: "fn a() {}".into(),
+                    is_error: false,
+                    truncated: false,
+                },
+                TranscriptEntry::RepairRound {
+                    attempt: 1,
+                    max: 3,
+                    mode: "isolated".into(),
+                    error: "- line 1: not JSON".into(),
+                    outcome: "invalid".into(),
+                },
+            ],
+            usage: TokenUsage::default(),
+            outcome: None,
+        };
+        let text = t.to_text();
+        for part in [
+            "=== task t-1 stage reviewer-1 (reviewer) attempt 2: unfinished; 250 ms",
+            long.as_str(),
+            "[user]\nthe diff",
+            "--- call 1 (turn) to local model smollm2: temperature default, tools read, 40 ms",
+            "[response: Length, 7 input and 9 output tokens]\nnot json",
+            "[raw response]\n{\"choices\":[]}",
+            "--- tool read (c1, ok) {\"path\":\"src/a.rs\"}\nfn a() {}",
+            "--- repair round 1 of 3 (isolated): invalid\n- line 1: not JSON",
+        ] {
+            assert!(text.contains(part), "missing {part:?} in\n{text}");
+        }
     }
 }

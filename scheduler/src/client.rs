@@ -230,6 +230,21 @@ impl ApiClient {
         self.call(req).await
     }
 
+    /// The task's transcripts, of every stage or of `stage` only.
+    pub async fn transcripts(
+        &self,
+        id: &str,
+        stage: Option<&str>,
+    ) -> Result<crate::document::TranscriptsDocument, ClientError> {
+        let mut path = format!("{}/transcripts", task_location(id));
+        if let Some(stage) = stage {
+            path.push('/');
+            path.push_str(&crate::api::routes::path_segment(stage));
+        }
+        let req = self.http.get(self.url(&path));
+        self.call(req).await
+    }
+
     /// Requests cancellation; the document as it is now.
     pub async fn cancel(&self, id: &str) -> Result<TaskDocument, ClientError> {
         let req = self

@@ -238,3 +238,11 @@ pub struct TaskDocument {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
 }
+
+/// The body of `GET /v1/tasks/{id}/transcripts` (and `/{stage}`): every stored attempt's
+/// transcript, in reading order, as the workers redacted them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TranscriptsDocument {
+    pub task_id: String,
+    pub transcripts: Vec<verdict_proto::transcript::Transcript>,
+}

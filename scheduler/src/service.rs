@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use verdict_backends::BoxFuture;
 use verdict_backends::store::StoredEvent;
+use verdict_proto::transcript::Transcript;
 use verdict_proto::wire::Priority;
 
 use crate::document::TaskDocument;
@@ -211,6 +212,13 @@ pub enum ServiceError {
     /// 404 for `GET /v1/scans/{id}`.
     #[error("scan batch {0} does not exist")]
     NoSuchBatch(String),
+    /// 404 for a stage the task does not have; names the ones it has.
+    #[error("task {task} has no stage `{stage}`; its stages are {stages}")]
+    NoSuchStage {
+        task: String,
+        stage: String,
+        stages: String,
+    },
     /// 400: the request is wrong; the message names the field and the fix.
     #[error("{0}")]
     Invalid(String),
@@ -283,6 +291,14 @@ pub trait TaskService: Send + Sync + std::fmt::Debug {
         after: Option<&'a str>,
         wait: Duration,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, ServiceError>>;
+
+    /// The task's stored transcripts in reading order (every attempt of every stage, or of
+    /// `stage` only), as the workers redacted them; an expired one is absent.
+    fn transcripts<'a>(
+        &'a self,
+        id: &'a str,
+        stage: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Transcript>, ServiceError>>;
 
     fn readiness(&self) -> BoxFuture<'_, Readiness>;
 }

@@ -290,6 +290,21 @@ impl TaskService for Fake {
         })
     }
 
+    fn transcripts<'a>(
+        &'a self,
+        id: &'a str,
+        _stage: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<verdict_proto::transcript::Transcript>, ServiceError>> {
+        // This double keeps no transcripts: a task it knows has none yet.
+        Box::pin(async move {
+            if self.state.lock().unwrap().docs.contains_key(id) {
+                Ok(Vec::new())
+            } else {
+                Err(ServiceError::NotFound(id.to_owned()))
+            }
+        })
+    }
+
     fn readiness(&self) -> BoxFuture<'_, Readiness> {
         Box::pin(async move {
             let problems = self.state.lock().unwrap().not_ready.clone();

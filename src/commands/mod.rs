@@ -8,6 +8,7 @@ pub mod scan;
 pub mod scheduler;
 pub mod submit;
 pub mod tail;
+pub mod transcript;
 pub mod validate;
 pub mod worker;
 

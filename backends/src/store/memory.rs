@@ -598,6 +598,14 @@ impl TranscriptStore for MemoryStore {
         }
         Box::pin(async { Ok(()) })
     }
+
+    fn of_task<'a>(
+        &'a self,
+        task_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Transcript>, TranscriptError>> {
+        let transcripts = self.transcripts_of(task_id);
+        Box::pin(async { Ok(transcripts) })
+    }
 }
 
 #[cfg(test)]

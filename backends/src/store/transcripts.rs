@@ -15,6 +15,13 @@ pub trait TranscriptStore: Send + Sync + std::fmt::Debug {
     /// Stores a transcript that has already been redacted: one per task, stage and attempt, a
     /// later one for the same attempt (a redelivery) replacing the earlier.
     fn put(&self, transcript: Transcript) -> BoxFuture<'_, Result<(), TranscriptError>>;
+
+    /// A task's stored transcripts in reading order (by start, then stage, then attempt);
+    /// expired ones are absent, an unknown task has none.
+    fn of_task<'a>(
+        &'a self,
+        task_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Transcript>, TranscriptError>>;
 }
 
 /// The order a task's transcripts are read back in, on every store: by start, then stage, then

@@ -123,9 +123,9 @@ impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> ApiError {
         let message = e.to_string();
         match e {
-            ServiceError::NotFound(_) | ServiceError::NoSuchBatch(_) => {
-                ApiError::not_found(message)
-            }
+            ServiceError::NotFound(_)
+            | ServiceError::NoSuchBatch(_)
+            | ServiceError::NoSuchStage { .. } => ApiError::not_found(message),
             ServiceError::Invalid(_) => ApiError::invalid(message),
             ServiceError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
             ServiceError::TooLarge(_) => {

@@ -11,6 +11,7 @@
 //! | `POST /v1/scans/{id}/resume` | `202` and the batch, driven on now |
 //! | `GET /v1/tasks/{id}` | the [`TaskDocument`](crate::document::TaskDocument) |
 //! | `GET /v1/tasks/{id}/events` | Server-Sent Events ([`sse`]) |
+//! | `GET /v1/tasks/{id}/transcripts`, `/v1/tasks/{id}/transcripts/{stage}` | `{"task_id", "transcripts"}`: every attempt's transcript (of one stage), redacted |
 //! | `POST /v1/tasks/{id}/cancel` | `202` and the document; `409` once terminal |
 //! | `POST /v1/webhooks/github` | signature checked first ([`webhooks`]); `202` and `{"id"}`, or `200` and why it was ignored |
 //! | `GET /healthz`, `/readyz`, `/metrics` | unauthenticated probes and Prometheus text |
@@ -108,6 +109,11 @@ pub fn router_with_webhooks(
         .route("/v1/scans/{id}/resume", post(routes::resume_scan_batch))
         .route("/v1/tasks/{id}", get(routes::get_task))
         .route("/v1/tasks/{id}/events", get(sse::task_events))
+        .route("/v1/tasks/{id}/transcripts", get(routes::get_transcripts))
+        .route(
+            "/v1/tasks/{id}/transcripts/{stage}",
+            get(routes::get_stage_transcripts),
+        )
         .route("/v1/tasks/{id}/cancel", post(routes::cancel))
         .route("/v1/webhooks/github", post(webhooks::github))
         .route("/healthz", get(routes::healthz))

@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::ApiState;
 use super::error::{ApiError, ErrorDetail};
 use super::json::ApiJson;
+use crate::document::TranscriptsDocument;
 use crate::service::{
     IssueAnalysisSubmission, ReviewSubmission, ScanBatchSubmission, ScanSubmission, ServiceError,
     Submitted,
@@ -105,8 +106,13 @@ fn accepted(result: Result<Submitted, ServiceError>) -> Result<Response, ApiErro
 
 /// The path of a task, its id percent-encoded as one path segment.
 pub fn task_location(id: &str) -> String {
-    let mut out = String::from("/v1/tasks/");
-    for b in id.bytes() {
+    format!("/v1/tasks/{}", path_segment(id))
+}
+
+/// `text` percent-encoded as one path segment (unreserved characters kept).
+pub fn path_segment(text: &str) -> String {
+    let mut out = String::new();
+    for b in text.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
             out.push(char::from(b));
         } else {
@@ -131,6 +137,35 @@ pub(crate) async fn get_task(
 ) -> Result<Response, ApiError> {
     let id = task_id(path)?;
     Ok(Json(state.service.task(&id).await?).into_response())
+}
+
+pub(crate) async fn get_transcripts(
+    State(state): State<ApiState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = task_id(path)?;
+    let transcripts = state.service.transcripts(&id, None).await?;
+    Ok(Json(TranscriptsDocument {
+        task_id: id,
+        transcripts,
+    })
+    .into_response())
+}
+
+pub(crate) async fn get_stage_transcripts(
+    State(state): State<ApiState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path((id, stage)) = path.map_err(|e| ApiError::invalid(e.body_text()))?;
+    if id.trim().is_empty() || stage.trim().is_empty() {
+        return Err(ApiError::invalid("the task id or stage id is empty"));
+    }
+    let transcripts = state.service.transcripts(&id, Some(&stage)).await?;
+    Ok(Json(TranscriptsDocument {
+        task_id: id,
+        transcripts,
+    })
+    .into_response())
 }
 
 pub(crate) async fn cancel(

@@ -11,7 +11,8 @@ use tracing::Instrument;
 use verdict_backends::BoxFuture;
 use verdict_backends::broker::Broker;
 use verdict_backends::clock::Clock;
-use verdict_backends::store::{CancelSignals, StoredEvent};
+use verdict_backends::store::{CancelSignals, StoredEvent, TranscriptStore};
+use verdict_proto::transcript::Transcript;
 
 use super::allowlist::{HostResolver, RepositoryAllowlist};
 use super::budgets::Budgets;
@@ -46,6 +47,7 @@ pub(super) struct Service {
     allowlist: RepositoryAllowlist,
     resolver: Arc<dyn HostResolver>,
     budgets: Budgets,
+    transcripts: Arc<dyn TranscriptStore>,
 }
 
 impl Service {
@@ -63,6 +65,7 @@ impl Service {
             submitted: deps.metrics.submitted.clone(),
             allowlist: settings.repositories.clone(),
             resolver: deps.resolver.clone(),
+            transcripts: deps.transcripts.clone(),
         }
     }
 
@@ -212,6 +215,39 @@ impl Service {
         self.progress.after(id, after, wait).await
     }
 
+    async fn transcripts(
+        &self,
+        id: &str,
+        stage: Option<&str>,
+    ) -> Result<Vec<Transcript>, ServiceError> {
+        // An unknown task is a 404, and so is a stage the task does not have; a stage that has
+        // not run yet (or whose transcripts expired) has none.
+        let task = self.records.load(id).await?;
+        if let Some(stage) = stage
+            && !task.stages.iter().any(|s| s.id == stage)
+        {
+            let stages: Vec<&str> = task.stages.iter().map(|s| s.id.as_str()).collect();
+            return Err(ServiceError::NoSuchStage {
+                task: id.to_owned(),
+                stage: stage.to_owned(),
+                stages: if stages.is_empty() {
+                    "none yet".to_owned()
+                } else {
+                    stages.join(", ")
+                },
+            });
+        }
+        let mut transcripts = self
+            .transcripts
+            .of_task(id)
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        if let Some(stage) = stage {
+            transcripts.retain(|t| t.stage_id == stage);
+        }
+        Ok(transcripts)
+    }
+
     async fn readiness(&self) -> Readiness {
         let mut problems = Vec::new();
         if !self.broker.health().connected {
@@ -327,6 +363,14 @@ impl TaskService for Scheduler {
         wait: Duration,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, ServiceError>> {
         Box::pin(self.service().events(id, after, wait))
+    }
+
+    fn transcripts<'a>(
+        &'a self,
+        id: &'a str,
+        stage: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Transcript>, ServiceError>> {
+        Box::pin(self.service().transcripts(id, stage))
     }
 
     fn readiness(&self) -> BoxFuture<'_, Readiness> {

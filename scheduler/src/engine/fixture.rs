@@ -102,6 +102,7 @@ impl Fixture {
             metrics,
             budgets: store.clone(),
             liveness: store.clone(),
+            transcripts: store.clone(),
         };
         let settings = SchedulerSettings {
             pipeline: PipelineSettings {

@@ -53,7 +53,7 @@ use verdict_backends::publish::Publisher;
 use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::{
     BudgetLedger, CancelSignals, DocumentStore, EventLog, InputStore, Liveness, ResultStore,
-    StoreError,
+    StoreError, TranscriptStore,
 };
 use verdict_proto::Language;
 
@@ -126,6 +126,8 @@ pub struct SchedulerDeps {
     /// Heartbeat leases: which replicas are alive, so only a gone replica's intakes are taken
     /// over.
     pub liveness: Arc<dyn Liveness>,
+    /// The workers' transcripts, read back for operators (`GET /v1/tasks/{id}/transcripts`).
+    pub transcripts: Arc<dyn TranscriptStore>,
 }
 
 /// What the scheduler decides with.
