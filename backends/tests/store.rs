@@ -965,37 +965,64 @@ async fn redis_executor_stores() {
 // ---------------------------------------------------------------------------------------------
 // Redis only: stored garbage, an unreachable server
 
-/// A transcript is stored compressed, a third of its JSON or less when its prompt text repeats
-/// itself; one stored as plain JSON (before compression) still reads.
+/// A transcript is stored compressed, its long texts once by content hash for every transcript
+/// that holds them (with the transcripts' TTL); one stored as plain JSON (before compression)
+/// still reads.
 #[tokio::test]
-async fn redis_transcripts_are_stored_compressed_and_plain_ones_still_read() {
+async fn redis_transcripts_share_long_texts_are_compressed_and_plain_ones_still_read() {
     let f = RedisFixture::new().await;
-    let mut t = transcript("t9", "summary", 1, 5);
     let contract = "Answer with exactly one JSON object that follows the contract. ".repeat(200);
-    t.entries = vec![verdict_proto::transcript::TranscriptEntry::Call {
-        seq: 1,
-        purpose: verdict_proto::transcript::CallPurpose::Turn,
-        provider: "local".into(),
-        model: "m".into(),
-        new_messages: vec![verdict_proto::chat::Message::system(contract)],
-        tools: vec![],
-        temperature: None,
-        response: Some(chat_response("{}")),
-        error: None,
-        latency_ms: 3,
-        reused: false,
-    }];
+    let with_prompt = |task: &str| {
+        let mut t = transcript(task, "summary", 1, 5);
+        t.entries = vec![verdict_proto::transcript::TranscriptEntry::Call {
+            seq: 1,
+            purpose: verdict_proto::transcript::CallPurpose::Turn,
+            provider: "local".into(),
+            model: "m".into(),
+            new_messages: vec![
+                verdict_proto::chat::Message::system(contract.clone()),
+                verdict_proto::chat::Message::user(format!("the diff of {task}")),
+            ],
+            tools: vec![],
+            temperature: None,
+            response: Some(chat_response("{}")),
+            error: None,
+            latency_ms: 3,
+            reused: false,
+        }];
+        t
+    };
+    let t = with_prompt("t9");
+    let other = with_prompt("t10");
     TranscriptStore::put(&f.store, t.clone()).await.unwrap();
+    TranscriptStore::put(&f.store, other.clone()).await.unwrap();
     let stored = f.raw_get("transcript:t9:summary:1").await;
-    let json = serde_json::to_vec(&t).unwrap();
     assert_eq!(&stored[..4], &[0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
     assert!(
-        stored.len() * 3 < json.len(),
-        "{} of {}",
-        stored.len(),
-        json.len()
+        stored.len() < 600,
+        "the contract is not in it: {} bytes",
+        stored.len()
+    );
+    let text_key = format!("text:{}", content_hash(contract.as_bytes()));
+    let text = f.raw_get(&text_key).await;
+    assert!(
+        !text.is_empty() && text.len() < contract.len() / 10,
+        "{}",
+        text.len()
+    );
+    assert!(f.pttl(&text_key).await > 0, "shared texts expire");
+    let shared_keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}text:*", f.prefix))
+        .query_async(&mut f.raw.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        shared_keys.len(),
+        1,
+        "one copy for both tasks: {shared_keys:?}"
     );
     assert_eq!(f.store.of_task("t9").await.unwrap(), vec![t.clone()]);
+    assert_eq!(f.store.of_task("t10").await.unwrap(), vec![other]);
 
     let mut legacy = transcript("t9", "reviewer-1", 1, 7);
     legacy.finished_unix_ms = 42;

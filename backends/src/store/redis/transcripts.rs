@@ -1,15 +1,99 @@
 //! Per-attempt transcripts on Redis (SPEC O4): one key per attempt with the retention TTL, and a
-//! per-task index so they can be read back without scanning the keyspace. A transcript is stored
-//! as a zstd frame of its JSON (a third of the bytes: most of a transcript is prompt text);
-//! one written before compression, plain JSON, still reads.
+//! per-task index so they can be read back without scanning the keyspace.
+//!
+//! Most of a transcript is text other transcripts hold too: the system prompt (stage policy and
+//! output contract) of every attempt of a stage kind, the diff every stage of a task is shown, a
+//! file two attempts read. Every message and tool output of at least [`SHARED_MIN_BYTES`] is
+//! therefore stored once, by content hash (`text:{sha256}`, a zstd frame, its TTL renewed by each
+//! transcript that uses it), and the transcript keeps a reference; the transcript itself is a
+//! zstd frame of its JSON. Transcripts written before either change (plain JSON, or a frame of
+//! a whole transcript) still read.
 
+use std::collections::HashMap;
 use std::io::Read;
+
+use serde::{Deserialize, Serialize};
 
 use super::{RedisStore, Replay, decode, encode, millis};
 use crate::BoxFuture;
-use crate::store::StoreError;
+use crate::store::{StoreError, content_hash};
 use crate::store::{TranscriptError, TranscriptStore};
-use verdict_proto::transcript::Transcript;
+use verdict_proto::transcript::{Transcript, TranscriptEntry};
+
+/// Texts this long or longer are stored once by content hash; shorter ones stay inline, where a
+/// reference and a key of their own would cost more than they save.
+pub const SHARED_MIN_BYTES: usize = 1024;
+
+/// What a transcript key holds: the transcript with its long texts emptied, and where each goes.
+#[derive(Debug, Serialize, Deserialize)]
+struct Stored {
+    transcript: Transcript,
+    shared: Vec<SharedText>,
+}
+
+/// A long text taken out of a transcript: its place and its content hash.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SharedText {
+    /// The entry's index in `entries`.
+    entry: usize,
+    /// The message's index in a call's `new_messages`; `None`: a tool call's output.
+    message: Option<usize>,
+    hash: String,
+}
+
+/// Every long text of `transcript`, moved out and replaced by an empty string: the references
+/// and the texts by hash.
+fn take_shared(transcript: &mut Transcript) -> (Vec<SharedText>, HashMap<String, String>) {
+    let mut refs = Vec::new();
+    let mut texts = HashMap::new();
+    let mut take = |text: &mut String, entry: usize, message: Option<usize>| {
+        if text.len() >= SHARED_MIN_BYTES {
+            let hash = content_hash(text.as_bytes());
+            texts.insert(hash.clone(), std::mem::take(text));
+            refs.push(SharedText {
+                entry,
+                message,
+                hash,
+            });
+        }
+    };
+    for (i, entry) in transcript.entries.iter_mut().enumerate() {
+        match entry {
+            TranscriptEntry::Call { new_messages, .. } => {
+                for (m, message) in new_messages.iter_mut().enumerate() {
+                    take(&mut message.content, i, Some(m));
+                }
+            }
+            TranscriptEntry::ToolCall { output, .. } => take(output, i, None),
+            _ => {}
+        }
+    }
+    (refs, texts)
+}
+
+/// Puts the shared texts back; one that is gone (it cannot outlive a transcript that names it,
+/// unless removed by hand) reads as a note saying so.
+fn restore_shared(
+    transcript: &mut Transcript,
+    refs: &[SharedText],
+    texts: &HashMap<String, String>,
+) {
+    for r in refs {
+        let text = texts
+            .get(&r.hash)
+            .cloned()
+            .unwrap_or_else(|| format!("[shared text {} is no longer stored]", r.hash));
+        match (transcript.entries.get_mut(r.entry), r.message) {
+            (Some(TranscriptEntry::Call { new_messages, .. }), Some(m)) => {
+                if let Some(message) = new_messages.get_mut(m) {
+                    message.content = text;
+                }
+            }
+            (Some(TranscriptEntry::ToolCall { output, .. }), None) => *output = text,
+            _ => {}
+        }
+    }
+}
 
 impl RedisStore {
     async fn put_transcript(&self, transcript: Transcript) -> Result<(), StoreError> {
@@ -21,9 +105,34 @@ impl RedisStore {
             ),
         );
         let index = self.key("transcripts", &transcript.task_id);
-        let json = encode(&key, &transcript)?;
-        let stored = compress(&key, json.as_bytes())?;
         let ttl = millis(self.inner.config.transcript_ttl);
+        let mut transcript = transcript;
+        let (shared, texts) = take_shared(&mut transcript);
+        if !texts.is_empty() {
+            // Written before the transcript that names them, one key each (different tasks'
+            // transcripts share them, so they are not in the transcript's transaction); a text
+            // already stored is rewritten, which renews its TTL.
+            let mut texts_pipe = redis::pipe();
+            for (hash, text) in &texts {
+                let text_key = self.key("text", hash);
+                texts_pipe
+                    .cmd("SET")
+                    .arg(&text_key)
+                    .arg(compress(&text_key, text.as_bytes())?)
+                    .arg("PX")
+                    .arg(ttl)
+                    .ignore();
+            }
+            self.query_pipeline::<()>(
+                "put shared transcript texts",
+                &key,
+                Replay::Safe,
+                &texts_pipe,
+            )
+            .await?;
+        }
+        let json = encode(&key, &Stored { transcript, shared })?;
+        let stored = compress(&key, json.as_bytes())?;
         let mut pipe = redis::pipe();
         pipe.atomic()
             .cmd("SET")
@@ -66,11 +175,50 @@ impl RedisStore {
                 redis::cmd("MGET").arg(&keys),
             )
             .await?;
-        let mut transcripts = keys
+        let read = keys
             .iter()
             .zip(stored)
             .filter_map(|(key, bytes)| bytes.map(|b| decompress(key, &b)))
             .collect::<Result<Vec<_>, _>>()?;
+        let hashes: Vec<String> = {
+            let mut all: Vec<&str> = read
+                .iter()
+                .flat_map(|s| s.shared.iter().map(|r| r.hash.as_str()))
+                .collect();
+            all.sort_unstable();
+            all.dedup();
+            all.into_iter().map(str::to_owned).collect()
+        };
+        let mut texts = HashMap::new();
+        if !hashes.is_empty() {
+            let text_keys: Vec<String> = hashes.iter().map(|h| self.key("text", h)).collect();
+            let stored: Vec<Option<Vec<u8>>> = self
+                .query(
+                    "get shared transcript texts",
+                    &index,
+                    Replay::Safe,
+                    redis::cmd("MGET").arg(&text_keys),
+                )
+                .await?;
+            for ((hash, key), bytes) in hashes.iter().zip(&text_keys).zip(stored) {
+                if let Some(bytes) = bytes {
+                    let text = String::from_utf8(decompress_bytes(key, &bytes)?).map_err(|e| {
+                        StoreError::Corrupt {
+                            key: key.clone(),
+                            reason: format!("not UTF-8: {e}"),
+                        }
+                    })?;
+                    texts.insert(hash.clone(), text);
+                }
+            }
+        }
+        let mut transcripts: Vec<Transcript> = read
+            .into_iter()
+            .map(|mut s| {
+                restore_shared(&mut s.transcript, &s.shared, &texts);
+                s.transcript
+            })
+            .collect();
         transcripts.sort_by(crate::store::reading_order);
         Ok(transcripts)
     }
@@ -94,11 +242,25 @@ fn compress(key: &str, json: &[u8]) -> Result<Vec<u8>, StoreError> {
     })
 }
 
-/// A stored transcript: a zstd frame of JSON, or (written before compression) JSON.
-fn decompress(key: &str, stored: &[u8]) -> Result<Transcript, StoreError> {
-    if !stored.starts_with(&ZSTD_MAGIC) {
-        return decode(key, stored);
+/// A stored transcript: a zstd frame of a [`Stored`] or (before shared texts) of a transcript,
+/// or (before compression) a transcript's JSON.
+fn decompress(key: &str, stored: &[u8]) -> Result<Stored, StoreError> {
+    let json = if stored.starts_with(&ZSTD_MAGIC) {
+        decompress_bytes(key, stored)?
+    } else {
+        stored.to_vec()
+    };
+    match decode::<Stored>(key, &json) {
+        Ok(s) => Ok(s),
+        Err(_) => Ok(Stored {
+            transcript: decode(key, &json)?,
+            shared: Vec::new(),
+        }),
     }
+}
+
+/// The bytes of one zstd frame, bounded by [`MAX_TRANSCRIPT_BYTES`].
+fn decompress_bytes(key: &str, stored: &[u8]) -> Result<Vec<u8>, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt {
         key: key.to_owned(),
         reason,
@@ -115,7 +277,7 @@ fn decompress(key: &str, stored: &[u8]) -> Result<Transcript, StoreError> {
             "decompresses to more than {MAX_TRANSCRIPT_BYTES} bytes"
         )));
     }
-    decode(key, &json)
+    Ok(json)
 }
 
 impl TranscriptStore for RedisStore {
