@@ -149,8 +149,8 @@ async fn a_multi_stage_review_completes() {
     assert_eq!(types(&doc).last(), Some(&EventType::TaskFinished));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn triage_prose_falls_back_before_the_summary_and_the_review_completes() {
+/// A multi-stage review run to its end on a pool whose triage answers prose every time.
+async fn triage_answering_prose() -> (Rig, TaskDocument) {
     let rig = rig(|fake| {
         happy(fake);
         fake.script(
@@ -160,6 +160,12 @@ async fn triage_prose_falls_back_before_the_summary_and_the_review_completes() {
     })
     .await;
     let doc = run(&rig, "multi").await;
+    (rig, doc)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triage_prose_falls_back_before_the_summary_and_the_review_completes() {
+    let (_rig, doc) = triage_answering_prose().await;
     assert_eq!(doc.state, TaskState::Completed, "{doc:#?}");
     let fallback = doc
         .events
@@ -194,15 +200,7 @@ async fn triage_prose_falls_back_before_the_summary_and_the_review_completes() {
 /// task's stages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stages_transcripts_are_read_back_through_the_api() {
-    let rig = rig(|fake| {
-        happy(fake);
-        fake.script(
-            scenario::TRIAGE,
-            Script::always(Behaviour::text(scenario::PROSE)),
-        );
-    })
-    .await;
-    let doc = run(&rig, "multi").await;
+    let (rig, doc) = triage_answering_prose().await;
     const TOKEN: &str = "transcripts-token";
     let auth = verdict_scheduler::api::ApiAuth::new([verdict_backends::secret::Secret::new(TOKEN)])
         .unwrap();
