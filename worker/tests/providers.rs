@@ -856,6 +856,11 @@ async fn anthropic_forces_one_tool_whose_input_schema_is_the_contract_and_its_in
     assert_eq!(tools.len(), 1);
     assert_eq!(tools[0]["name"], "verdict_reviewer");
     assert_eq!(tools[0]["input_schema"]["type"], "object");
+    // The input schema goes out in the contract's reading order too, as OpenAI's schema does.
+    let raw = &seen.raw_body;
+    let at = |key: &str| raw.find(&format!("\"{key}\":{{")).unwrap_or(usize::MAX);
+    assert!(at("severity") < at("confidence"), "{raw}");
+    assert!(at("title") < at("description"), "{raw}");
     assert_eq!(
         seen.body["tool_choice"],
         json!({"type": "tool", "name": "verdict_reviewer"})
