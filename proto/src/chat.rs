@@ -18,6 +18,18 @@ pub enum Role {
     Tool,
 }
 
+impl Role {
+    /// The role as the wire formats and transcripts name it (its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {

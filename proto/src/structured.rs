@@ -88,8 +88,9 @@ const MIN_FITTED_LENGTH: u32 = 64;
 impl Bounds {
     /// These bounds fitted to an answer of `output_tokens` (decision 182): no more items than
     /// it has room for at [`TOKENS_PER_ITEM`] each after [`TOKENS_PER_FRAME`] (at least one),
-    /// and no string or envelope field longer than the whole limit in characters (a token is
-    /// at least one character's worth of text in every tokenizer in use). A small model that
+    /// and no string or envelope field longer than the whole limit in characters (English
+    /// takes about a token per four characters; Chinese can take more than one per character,
+    /// which is why the item allowance is generous). A small model that
     /// fills every list or runs on in one field then still ends inside the limit far more
     /// often, where under unfitted bounds it is cut off mid-answer, and every repair round that
     /// keeps its conclusions is cut off again.

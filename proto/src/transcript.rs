@@ -146,9 +146,7 @@ impl Transcript {
         }
         self
     }
-}
 
-impl Transcript {
     /// The transcript as an operator reads it (`verdict transcript`): every message, tool call,
     /// raw response and repair round in full, in order, each under a one-line heading.
     pub fn to_text(&self) -> String {
@@ -222,12 +220,7 @@ impl TranscriptEntry {
                     "--- call {seq} ({purpose}) to {provider} model {model}: temperature {temperature}, tools {tools}, {latency_ms} ms{reused}"
                 );
                 for m in new_messages {
-                    let role = match m.role {
-                        crate::chat::Role::System => "system",
-                        crate::chat::Role::User => "user",
-                        crate::chat::Role::Assistant => "assistant",
-                        crate::chat::Role::Tool => "tool",
-                    };
+                    let role = m.role.as_str();
                     match &m.tool_call_id {
                         Some(id) => {
                             let _ = writeln!(out, "[{role} answering {id}]\n{}", m.content);
@@ -236,9 +229,7 @@ impl TranscriptEntry {
                             let _ = writeln!(out, "[{role}]\n{}", m.content);
                         }
                     }
-                    for c in &m.tool_calls {
-                        let _ = writeln!(out, "[tool call {} {}] {}", c.id, c.name, c.arguments);
-                    }
+                    write_tool_calls(out, &m.tool_calls);
                 }
                 if let Some(r) = response {
                     let _ = writeln!(
@@ -246,9 +237,7 @@ impl TranscriptEntry {
                         "[response: {:?}, {} input and {} output tokens]\n{}",
                         r.finish, r.usage.input_tokens, r.usage.output_tokens, r.content
                     );
-                    for c in &r.tool_calls {
-                        let _ = writeln!(out, "[tool call {} {}] {}", c.id, c.name, c.arguments);
-                    }
+                    write_tool_calls(out, &r.tool_calls);
                     if !r.raw.is_empty() {
                         let _ = writeln!(out, "[raw response]\n{}", r.raw);
                     }
@@ -324,6 +313,14 @@ impl TranscriptEntry {
                 }
             }
         }
+    }
+}
+
+/// One line per tool call a model made: its id, the tool and the arguments as sent.
+fn write_tool_calls(out: &mut String, calls: &[crate::chat::ToolCall]) {
+    use std::fmt::Write as _;
+    for c in calls {
+        let _ = writeln!(out, "[tool call {} {}] {}", c.id, c.name, c.arguments);
     }
 }
 

@@ -143,13 +143,7 @@ pub(crate) async fn get_transcripts(
     State(state): State<ApiState>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let id = task_id(path)?;
-    let transcripts = state.service.transcripts(&id, None).await?;
-    Ok(Json(TranscriptsDocument {
-        task_id: id,
-        transcripts,
-    })
-    .into_response())
+    transcripts(&state, task_id(path)?, None).await
 }
 
 pub(crate) async fn get_stage_transcripts(
@@ -160,7 +154,16 @@ pub(crate) async fn get_stage_transcripts(
     if id.trim().is_empty() || stage.trim().is_empty() {
         return Err(ApiError::invalid("the task id or stage id is empty"));
     }
-    let transcripts = state.service.transcripts(&id, Some(&stage)).await?;
+    transcripts(&state, id, Some(&stage)).await
+}
+
+/// The task's transcripts (of `stage` only) as a [`TranscriptsDocument`].
+async fn transcripts(
+    state: &ApiState,
+    id: String,
+    stage: Option<&str>,
+) -> Result<Response, ApiError> {
+    let transcripts = state.service.transcripts(&id, stage).await?;
     Ok(Json(TranscriptsDocument {
         task_id: id,
         transcripts,

@@ -180,15 +180,12 @@ impl RedisStore {
             .zip(stored)
             .filter_map(|(key, bytes)| bytes.map(|b| decompress(key, &b)))
             .collect::<Result<Vec<_>, _>>()?;
-        let hashes: Vec<String> = {
-            let mut all: Vec<&str> = read
-                .iter()
-                .flat_map(|s| s.shared.iter().map(|r| r.hash.as_str()))
-                .collect();
-            all.sort_unstable();
-            all.dedup();
-            all.into_iter().map(str::to_owned).collect()
-        };
+        let hashes: Vec<String> = read
+            .iter()
+            .flat_map(|s| s.shared.iter().map(|r| r.hash.clone()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let mut texts = HashMap::new();
         if !hashes.is_empty() {
             let text_keys: Vec<String> = hashes.iter().map(|h| self.key("text", h)).collect();
