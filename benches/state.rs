@@ -1,0 +1,374 @@
+//! The state benchmark (issue 14): how much Redis memory, how many keys and how many Redis
+//! commands one finished multi-stage review leaves and costs, measured on a private
+//! `redis-server` so nothing else is counted. A benchmark, not a test: it asserts only that the
+//! run itself worked (every task ended, the queues drained) and is never run by `cargo test`.
+//!
+//! ```text
+//! cargo bench --bench state -- [--reviews 300] [--latency-ms 50] [--concurrency 64]
+//!                              [--response-cache] [--out target/bench]
+//! ```
+//!
+//! One `verdict scheduler` and one `verdict worker` on the scenario configuration (every stage of
+//! the default pipeline: triage, summary, one reviewer per file, validator, review) and the fake
+//! provider answering each call validly after `--latency-ms`; `--reviews` reviews of the sample
+//! repository's two-file change submitted through the API. When every task has ended the
+//! harness reads every key (`SCAN`, `TYPE`, `MEMORY USAGE … SAMPLES 0`, `PTTL`), groups them by
+//! kind (the key's first segment after the prefix) and divides by the number of reviews; keys
+//! shared by many reviews (the shared transcript texts) are so counted once, as Redis holds them.
+//! The response cache is off as in the scenarios (identical reviews would otherwise answer from
+//! it); `--response-cache` turns it on to show what it adds per review.
+//!
+//! Also reported: Redis commands per review (`INFO commandstats` before and after) and the
+//! server's `used_memory` growth, and the broker's stage and result queues empty at the end.
+//! Writes `state.md` and `state.json` into `--out`, and prints the Markdown.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a harness: a failure is a failed run
+#![allow(clippy::cast_precision_loss)] // counts far below 2^52
+#![allow(clippy::print_stdout)] // the report is what a benchmark prints
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
+use verdict_backends::broker::{Broker, Route};
+use verdict_proto::wire::Priority;
+use verdict_testkit::scenario;
+use verdict_testkit::{Behaviour, Script};
+
+use harness::{Env, Pool};
+
+#[derive(Debug, Clone)]
+struct Args {
+    reviews: usize,
+    latency: Duration,
+    concurrency: usize,
+    response_cache: bool,
+    out: PathBuf,
+}
+
+impl Args {
+    fn parse() -> Args {
+        let mut args = Args {
+            reviews: 300,
+            latency: Duration::from_millis(50),
+            concurrency: 64,
+            response_cache: false,
+            out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench"),
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--reviews" => args.reviews = it.next().unwrap().parse().unwrap(),
+                "--latency-ms" => {
+                    args.latency = Duration::from_millis(it.next().unwrap().parse().unwrap())
+                }
+                "--concurrency" => args.concurrency = it.next().unwrap().parse().unwrap(),
+                "--response-cache" => args.response_cache = true,
+                "--out" => args.out = PathBuf::from(it.next().unwrap()),
+                "--bench" => {}
+                other => panic!("unknown argument {other}; see the header of benches/state.rs"),
+            }
+        }
+        args
+    }
+}
+
+/// A `redis-server` of the benchmark's own on a free loopback port, killed when dropped.
+struct PrivateRedis {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl PrivateRedis {
+    async fn start() -> PrivateRedis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let redis = PrivateRedis {
+            child,
+            url: format!("redis://127.0.0.1:{port}/"),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while redis.connection().await.is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the private redis-server did not answer"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        redis
+    }
+
+    async fn connection(&self) -> Option<redis::aio::MultiplexedConnection> {
+        let client = redis::Client::open(self.url.as_str()).ok()?;
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .ok()?;
+        Some(conn)
+    }
+}
+
+/// Total commands Redis has run (`INFO commandstats`), by command.
+async fn command_counts(conn: &mut redis::aio::MultiplexedConnection) -> BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, stats) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|s| s.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+/// Per kind of key: how many, their bytes (`MEMORY USAGE`), how many never expire.
+#[derive(Debug, Default, Clone, Copy)]
+struct Kind {
+    keys: u64,
+    bytes: u64,
+    without_ttl: u64,
+}
+
+async fn keys_by_kind(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+) -> BTreeMap<String, Kind> {
+    let mut kinds: BTreeMap<String, Kind> = BTreeMap::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .unwrap();
+        for key in keys {
+            let bytes: Option<u64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&key)
+                .arg("SAMPLES")
+                .arg(0)
+                .query_async(conn)
+                .await
+                .unwrap();
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(conn)
+                .await
+                .unwrap();
+            let rest = key.strip_prefix(prefix).unwrap_or(&key);
+            let kind = rest.split(':').next().unwrap_or(rest).to_owned();
+            let entry = kinds.entry(kind).or_default();
+            entry.keys += 1;
+            entry.bytes += bytes.unwrap_or(0);
+            entry.without_ttl += u64::from(pttl == -1);
+        }
+        if next == 0 {
+            return kinds;
+        }
+        cursor = next;
+    }
+}
+
+/// Ready messages left on the stage and result queues.
+async fn messages_left(pool: &Pool) -> u64 {
+    let mut amqp = AmqpConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f");
+    amqp.prefix = pool.isolation.broker_prefix.clone();
+    amqp.delivery_limit = 3;
+    let broker = AmqpBroker::connect(amqp).await.unwrap();
+    let mut left = 0;
+    for route in [
+        Route::Stages(Priority::Interactive),
+        Route::Stages(Priority::Bulk),
+        Route::Results,
+        Route::DeadLetters,
+    ] {
+        left += broker.queue_stats(route).await.unwrap().messages;
+    }
+    broker.close().await;
+    left
+}
+
+fn markdown(report: &Value) -> String {
+    let n = report["reviews"].as_f64().unwrap();
+    let mut md = String::new();
+    md.push_str(&format!(
+        "Command: `{}`\n\n{} reviews, {} completed, {} stages each, provider at {} ms; messages left on the queues: {}.\n\n",
+        report["command"].as_str().unwrap(),
+        report["reviews"],
+        report["completed"],
+        report["stages_per_review"],
+        report["latency_ms"],
+        report["messages_left"],
+    ));
+    md.push_str("| kind | keys | keys per review | bytes per review | without TTL |\n|---|---:|---:|---:|---:|\n");
+    for (kind, k) in report["kinds"].as_object().unwrap() {
+        md.push_str(&format!(
+            "| `{kind}` | {} | {:.2} | {:.0} | {} |\n",
+            k["keys"],
+            k["keys"].as_f64().unwrap() / n,
+            k["bytes"].as_f64().unwrap() / n,
+            k["without_ttl"],
+        ));
+    }
+    md.push_str(&format!(
+        "| **all** | {} | {:.2} | **{:.0}** ({:.1} KiB) | {} |\n\n",
+        report["keys"],
+        report["keys"].as_f64().unwrap() / n,
+        report["bytes_per_review"].as_f64().unwrap(),
+        report["bytes_per_review"].as_f64().unwrap() / 1024.0,
+        report["keys_without_ttl"],
+    ));
+    md.push_str(&format!(
+        "Redis `used_memory` grew by {:.0} bytes per review; {:.1} Redis commands per review ({}).\n",
+        report["used_memory_growth_per_review"].as_f64().unwrap(),
+        report["commands_per_review"].as_f64().unwrap(),
+        report["top_commands"].as_str().unwrap(),
+    ));
+    md
+}
+
+fn main() {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let redis = PrivateRedis::start().await;
+        let mut conn = redis.connection().await.unwrap();
+        let env = Env::start(false).await;
+        for (model, answer) in [
+            (scenario::TRIAGE, scenario::TRIAGE_OK),
+            (scenario::SUMMARY, scenario::SUMMARY_OK),
+            (scenario::REVIEWER, scenario::REVIEWER_OK),
+            (scenario::VALIDATOR, scenario::VALIDATOR_OK),
+            (scenario::REVIEW, scenario::REVIEW_OK),
+        ] {
+            env.llm
+                .script(model, Script::always(Behaviour::text(answer).after(args.latency)));
+        }
+        let url = redis.url.clone();
+        let cache = args.response_cache;
+        let pool = Pool::start_with(&env, args.concurrency, 1, None, move |toml| {
+            let toml = toml
+                .replace("url = \"redis://127.0.0.1:6379/\"", &format!("url = \"{url}\""))
+                .replace("review_timeout_seconds = 120", "review_timeout_seconds = 3600");
+            if cache {
+                toml.replace("response_cache = false", "response_cache = true")
+            } else {
+                toml
+            }
+        });
+        let prefix = pool.isolation.redis_prefix.clone();
+        let memory_before = used_memory(&mut conn).await;
+        let commands_before = command_counts(&mut conn).await;
+        let seen = env.llm.request_count();
+        let ids = pool.submit(args.reviews).await;
+        let within = Duration::from_secs(600 + args.reviews as u64);
+        let docs = pool.await_all(&ids, within).await;
+        let calls = env.llm.request_count() - seen;
+        let completed = docs
+            .iter()
+            .filter(|d| d.state.as_str() == "completed")
+            .count();
+        // The scheduler records a task's end before its last clean-ups; let them land.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let commands_after = command_counts(&mut conn).await;
+        let memory_after = used_memory(&mut conn).await;
+        let kinds = keys_by_kind(&mut conn, &prefix).await;
+        let left = messages_left(&pool).await;
+        pool.cleanup().await;
+
+        let n = args.reviews as f64;
+        let mut commands: Vec<(String, u64)> = commands_after
+            .iter()
+            .map(|(name, after)| {
+                let before = commands_before.get(name).copied().unwrap_or(0);
+                (name.clone(), after - before)
+            })
+            .filter(|(name, delta)| *delta > 0 && !matches!(name.as_str(), "info" | "scan" | "memory|usage" | "pttl"))
+            .collect();
+        commands.sort_by_key(|c| std::cmp::Reverse(c.1));
+        let total_commands: u64 = commands.iter().map(|c| c.1).sum();
+        let top = commands
+            .iter()
+            .take(8)
+            .map(|(name, count)| format!("{name} {:.1}", *count as f64 / n))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let keys: u64 = kinds.values().map(|k| k.keys).sum();
+        let bytes: u64 = kinds.values().map(|k| k.bytes).sum();
+        let without_ttl: u64 = kinds.values().map(|k| k.without_ttl).sum();
+        let report = json!({
+            "command": format!("cargo bench --bench state -- {}", std::env::args().skip(1).filter(|a| a != "--bench").collect::<Vec<_>>().join(" ")),
+            "reviews": args.reviews,
+            "completed": completed,
+            "latency_ms": args.latency.as_millis() as u64,
+            "response_cache": args.response_cache,
+            "provider_calls": calls,
+            "stages_per_review": docs.first().map_or(0, |d| d.stages.len()),
+            "messages_left": left,
+            "keys": keys,
+            "keys_without_ttl": without_ttl,
+            "bytes_per_review": bytes as f64 / n,
+            "used_memory_growth_per_review": memory_after.saturating_sub(memory_before) as f64 / n,
+            "commands_per_review": total_commands as f64 / n,
+            "top_commands": top,
+            "commands": commands.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "kinds": kinds.iter().map(|(k, v)| (k.clone(), json!({"keys": v.keys, "bytes": v.bytes, "without_ttl": v.without_ttl}))).collect::<serde_json::Map<_, _>>(),
+        });
+        let md = markdown(&report);
+        std::fs::create_dir_all(&args.out).unwrap();
+        std::fs::write(args.out.join("state.json"), serde_json::to_string_pretty(&report).unwrap()).unwrap();
+        std::fs::write(args.out.join("state.md"), &md).unwrap();
+        print!("{md}");
+    });
+}
