@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo bench --bench state -- [--reviews 300] [--latency-ms 50] [--concurrency 64]
-//!                              [--response-cache] [--out target/bench]
+//!                              [--response-cache] [--distinct] [--dump DIR] [--out target/bench]
 //! ```
 //!
 //! One `verdict scheduler` and one `verdict worker` on the scenario configuration (every stage of
@@ -16,7 +16,10 @@
 //! kind (the key's first segment after the prefix) and divides by the number of reviews; keys
 //! shared by many reviews (the shared transcript texts) are so counted once, as Redis holds them.
 //! The response cache is off as in the scenarios (identical reviews would otherwise answer from
-//! it); `--response-cache` turns it on to show what it adds per review.
+//! it); `--response-cache` turns it on to show what it adds per review. `--distinct` gives every
+//! review a change of its own (one commit each over the sample change, adding a line), as real
+//! traffic has: identical reviews share every text, which flatters what is stored once.
+//! `--dump DIR` writes the first review's keys, and the shared texts, one file each, as stored.
 //!
 //! Also reported: Redis commands per review (`INFO commandstats` before and after) and the
 //! server's `used_memory` growth, and the broker's stage and result queues empty at the end.
@@ -29,7 +32,7 @@
 mod harness;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -48,6 +51,8 @@ struct Args {
     latency: Duration,
     concurrency: usize,
     response_cache: bool,
+    distinct: bool,
+    dump: Option<PathBuf>,
     out: PathBuf,
 }
 
@@ -58,6 +63,8 @@ impl Args {
             latency: Duration::from_millis(50),
             concurrency: 64,
             response_cache: false,
+            distinct: false,
+            dump: None,
             out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench"),
         };
         let mut it = std::env::args().skip(1);
@@ -69,6 +76,8 @@ impl Args {
                 }
                 "--concurrency" => args.concurrency = it.next().unwrap().parse().unwrap(),
                 "--response-cache" => args.response_cache = true,
+                "--distinct" => args.distinct = true,
+                "--dump" => args.dump = Some(PathBuf::from(it.next().unwrap())),
                 "--out" => args.out = PathBuf::from(it.next().unwrap()),
                 "--bench" => {}
                 other => panic!("unknown argument {other}; see the header of benches/state.rs"),
@@ -216,6 +225,69 @@ async fn keys_by_kind(
     }
 }
 
+/// Every key of the prefix naming `task`, and every shared text, into `dir`, one file each: a
+/// string as stored, a hash or stream as its fields and values, a set as its members.
+async fn dump(conn: &mut redis::aio::MultiplexedConnection, prefix: &str, task: &str, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(conn)
+        .await
+        .unwrap();
+    for key in keys {
+        let rest = key.strip_prefix(prefix).unwrap_or(&key).to_owned();
+        if !rest.contains(task) && !rest.starts_with("text:") {
+            continue;
+        }
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap();
+        let bytes: Vec<u8> = match kind.as_str() {
+            "string" => redis::cmd("GET").arg(&key).query_async(conn).await.unwrap(),
+            "hash" => {
+                let pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
+                    .arg(&key)
+                    .query_async(conn)
+                    .await
+                    .unwrap();
+                pairs
+                    .into_iter()
+                    .flat_map(|(f, v)| [f, b"\n".to_vec(), v, b"\n".to_vec()].concat())
+                    .collect()
+            }
+            "set" => {
+                let members: Vec<Vec<u8>> = redis::cmd("SMEMBERS")
+                    .arg(&key)
+                    .query_async(conn)
+                    .await
+                    .unwrap();
+                members.join(&b'\n')
+            }
+            "stream" => {
+                let entries: Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)> = redis::cmd("XRANGE")
+                    .arg(&key)
+                    .arg("-")
+                    .arg("+")
+                    .query_async(conn)
+                    .await
+                    .unwrap();
+                entries
+                    .into_iter()
+                    .flat_map(|(_, fields)| {
+                        fields
+                            .into_iter()
+                            .flat_map(|(f, v)| [f, b" ".to_vec(), v, b"\n".to_vec()].concat())
+                    })
+                    .collect()
+            }
+            _ => continue,
+        };
+        std::fs::write(dir.join(rest.replace(['/', ':'], "_")), bytes).unwrap();
+    }
+}
+
 /// Ready messages left on the stage and result queues.
 async fn messages_left(pool: &Pool) -> u64 {
     let mut amqp = AmqpConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f");
@@ -239,9 +311,10 @@ fn markdown(report: &Value) -> String {
     let n = report["reviews"].as_f64().unwrap();
     let mut md = String::new();
     md.push_str(&format!(
-        "Command: `{}`\n\n{} reviews, {} completed, {} stages each, provider at {} ms; messages left on the queues: {}.\n\n",
+        "Command: `{}`\n\n{} reviews ({}), {} completed, {} stages each, provider at {} ms; messages left on the queues: {}.\n\n",
         report["command"].as_str().unwrap(),
         report["reviews"],
+        if report["distinct"].as_bool().unwrap() { "each its own change" } else { "all of one change" },
         report["completed"],
         report["stages_per_review"],
         report["latency_ms"],
@@ -311,7 +384,11 @@ fn main() {
         let memory_before = used_memory(&mut conn).await;
         let commands_before = command_counts(&mut conn).await;
         let seen = env.llm.request_count();
-        let ids = pool.submit(args.reviews).await;
+        let ids = if args.distinct {
+            pool.submit_heads(&env.distinct_heads(args.reviews)).await
+        } else {
+            pool.submit(args.reviews).await
+        };
         let within = Duration::from_secs(600 + args.reviews as u64);
         let docs = pool.await_all(&ids, within).await;
         let calls = env.llm.request_count() - seen;
@@ -324,6 +401,9 @@ fn main() {
         let commands_after = command_counts(&mut conn).await;
         let memory_after = used_memory(&mut conn).await;
         let kinds = keys_by_kind(&mut conn, &prefix).await;
+        if let (Some(dir), Some(first)) = (&args.dump, ids.first()) {
+            dump(&mut conn, &prefix, first, dir).await;
+        }
         let left = messages_left(&pool).await;
         pool.cleanup().await;
 
@@ -353,6 +433,7 @@ fn main() {
             "completed": completed,
             "latency_ms": args.latency.as_millis() as u64,
             "response_cache": args.response_cache,
+            "distinct": args.distinct,
             "provider_calls": calls,
             "stages_per_review": docs.first().map_or(0, |d| d.stages.len()),
             "messages_left": left,

@@ -539,6 +539,7 @@ async fn transcript_prints_every_message_of_the_attempts_and_json_on_request() {
         }],
         usage: TokenUsage::default(),
         outcome: None,
+        boundary_tokens: Vec::new(),
     };
     service.transcripts.lock().unwrap().insert(
         id.clone(),

@@ -22,9 +22,9 @@ use tokio::time::{Instant, timeout};
 use verdict_backends::store::memory::MemoryStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_backends::store::{
-    Account, BudgetLedger, CachedAnswer, CancelSignals, Claim, DocumentStore, EventLog, EventSink,
-    InputError, InputStore, Liveness, Reservation, ResponseCache, ResponseJournal, ResultStore,
-    StageState, Standing, StoreError, TranscriptStore, content_hash, event, resolve,
+    Account, BudgetLedger, CachedAnswer, CallKey, CancelSignals, Claim, DocumentStore, EventLog,
+    EventSink, InputError, InputStore, Liveness, Reservation, ResponseCache, ResponseJournal,
+    ResultStore, StageState, Standing, StoreError, TranscriptStore, content_hash, event, resolve,
 };
 use verdict_proto::budget::{Amount, Limit};
 use verdict_proto::chat::{ChatResponse, FinishReason, TokenUsage};
@@ -518,17 +518,59 @@ fn chat_response(content: &str) -> ChatResponse {
     }
 }
 
-async fn check_journal(journal: &dyn ResponseJournal) {
-    let key = "t/s/p/abc";
-    assert_eq!(journal.get(key).await.unwrap(), None);
+fn call_key(task: &str, stage: &str, call: &str) -> CallKey {
+    CallKey {
+        task_id: task.into(),
+        stage_id: stage.into(),
+        call: call.into(),
+    }
+}
+
+/// Answers kept per call; recording a stage's result drops that stage's answers and no other's.
+/// Leaves one answer of stage `t/open` behind.
+async fn check_journal<S: ResponseJournal + ResultStore>(store: &S) {
+    let key = call_key("t", "s", "p/abc");
+    assert_eq!(ResponseJournal::get(store, &key).await.unwrap(), None);
     let first = chat_response("<SAKURA_REVIEW>…");
-    journal.put(key, &first).await.unwrap();
-    assert_eq!(journal.get(key).await.unwrap(), Some(first));
+    store.put(&key, &first).await.unwrap();
+    assert_eq!(
+        ResponseJournal::get(store, &key).await.unwrap(),
+        Some(first)
+    );
     // A later answer for the same call replaces the earlier one.
     let second = chat_response("<SAKURA_REVIEW>again");
-    journal.put(key, &second).await.unwrap();
-    assert_eq!(journal.get(key).await.unwrap(), Some(second));
-    assert_eq!(journal.get("t/s/p/other").await.unwrap(), None);
+    store.put(&key, &second).await.unwrap();
+    assert_eq!(
+        ResponseJournal::get(store, &key).await.unwrap(),
+        Some(second.clone())
+    );
+    let other_call = call_key("t", "s", "p/other");
+    assert_eq!(
+        ResponseJournal::get(store, &other_call).await.unwrap(),
+        None
+    );
+    store.put(&other_call, &second).await.unwrap();
+    let other_stage = call_key("t", "open", "p/abc");
+    store.put(&other_stage, &second).await.unwrap();
+    // A task id may hold the separator the keys use; it names another stage all the same.
+    let look_alike = call_key("t:s", "x", "p/abc");
+    store.put(&look_alike, &second).await.unwrap();
+
+    store.record(&stage_result("t", "s", 10)).await.unwrap();
+    for gone in [&key, &other_call] {
+        assert_eq!(
+            ResponseJournal::get(store, gone).await.unwrap(),
+            None,
+            "{gone:?} dropped with its stage's result"
+        );
+    }
+    for kept in [&other_stage, &look_alike] {
+        assert_eq!(
+            ResponseJournal::get(store, kept).await.unwrap(),
+            Some(second.clone()),
+            "{kept:?} is another stage's"
+        );
+    }
 }
 
 async fn check_response_cache(cache: &dyn ResponseCache) {
@@ -717,6 +759,7 @@ fn transcript(task: &str, stage: &str, attempt: u32, started: u64) -> Transcript
         entries: vec![],
         usage: TokenUsage::default(),
         outcome: None,
+        boundary_tokens: Vec::new(),
     }
 }
 
@@ -953,7 +996,7 @@ async fn redis_executor_stores() {
     let diff = content_hash(b"diff --git a/x b/x\n+hello\n");
     for key in [
         format!("input:{diff}"),
-        "journal:t/s/p/abc".to_owned(),
+        "journal:t:open".to_owned(),
         "transcript:t8:reviewer-1:2".to_owned(),
         "transcripts:t8".to_owned(),
     ] {
@@ -971,16 +1014,22 @@ async fn redis_executor_stores() {
 #[tokio::test]
 async fn redis_transcripts_share_long_texts_are_compressed_and_plain_ones_still_read() {
     let f = RedisFixture::new().await;
-    let contract = "Answer with exactly one JSON object that follows the contract. ".repeat(200);
-    let with_prompt = |task: &str| {
+    // Each attempt's prompt names its own random boundary token (P7); the rest is the same.
+    let contract = |token: &str| {
+        format!("Untrusted text is fenced by {token}. ")
+            + &"Answer with exactly one JSON object that follows the contract. ".repeat(200)
+            + &format!("<<<UNTRUSTED diff {token}>>>")
+    };
+    let with_prompt = |task: &str, token: &str| {
         let mut t = transcript(task, "summary", 1, 5);
+        t.boundary_tokens = vec![token.to_owned()];
         t.entries = vec![verdict_proto::transcript::TranscriptEntry::Call {
             seq: 1,
             purpose: verdict_proto::transcript::CallPurpose::Turn,
             provider: "local".into(),
             model: "m".into(),
             new_messages: vec![
-                verdict_proto::chat::Message::system(contract.clone()),
+                verdict_proto::chat::Message::system(contract(token)),
                 verdict_proto::chat::Message::user(format!("the diff of {task}")),
             ],
             tools: vec![],
@@ -992,8 +1041,8 @@ async fn redis_transcripts_share_long_texts_are_compressed_and_plain_ones_still_
         }];
         t
     };
-    let t = with_prompt("t9");
-    let other = with_prompt("t10");
+    let t = with_prompt("t9", "AAAAAAAAAAAAAAAAAAAAAAAA");
+    let other = with_prompt("t10", "BBBBBBBBBBBBBBBBBBBBBBBB");
     TranscriptStore::put(&f.store, t.clone()).await.unwrap();
     TranscriptStore::put(&f.store, other.clone()).await.unwrap();
     let stored = f.raw_get("transcript:t9:summary:1").await;
@@ -1003,14 +1052,6 @@ async fn redis_transcripts_share_long_texts_are_compressed_and_plain_ones_still_
         "the contract is not in it: {} bytes",
         stored.len()
     );
-    let text_key = format!("text:{}", content_hash(contract.as_bytes()));
-    let text = f.raw_get(&text_key).await;
-    assert!(
-        !text.is_empty() && text.len() < contract.len() / 10,
-        "{}",
-        text.len()
-    );
-    assert!(f.pttl(&text_key).await > 0, "shared texts expire");
     let shared_keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}text:*", f.prefix))
         .query_async(&mut f.raw.clone())
@@ -1019,8 +1060,16 @@ async fn redis_transcripts_share_long_texts_are_compressed_and_plain_ones_still_
     assert_eq!(
         shared_keys.len(),
         1,
-        "one copy for both tasks: {shared_keys:?}"
+        "one copy for both tasks, whatever their tokens: {shared_keys:?}"
     );
+    let text_key = shared_keys[0].trim_start_matches(&f.prefix).to_owned();
+    let text = f.raw_get(&text_key).await;
+    assert!(
+        !text.is_empty() && text.len() < contract("").len() / 10,
+        "{}",
+        text.len()
+    );
+    assert!(f.pttl(&text_key).await > 0, "shared texts expire");
     assert_eq!(f.store.of_task("t9").await.unwrap(), vec![t.clone()]);
     assert_eq!(f.store.of_task("t10").await.unwrap(), vec![other]);
 

@@ -192,18 +192,34 @@ impl Pool {
 
     /// Submits `n` reviews through the API, at most 64 requests at once; their ids.
     pub async fn submit(&self, n: usize) -> Vec<String> {
+        self.submit_all(vec![self.submission(); n]).await
+    }
+
+    /// Submits one review of each of `heads` (over the pool's base) through the API, at most 64
+    /// requests at once; their ids.
+    pub async fn submit_heads(&self, heads: &[String]) -> Vec<String> {
+        let submissions = heads
+            .iter()
+            .map(|head| ReviewSubmission {
+                head: head.clone(),
+                ..self.submission()
+            })
+            .collect();
+        self.submit_all(submissions).await
+    }
+
+    async fn submit_all(&self, submissions: Vec<ReviewSubmission>) -> Vec<String> {
         let client = Arc::new(self.client.clone());
-        let submission = Arc::new(self.submission());
         let gate = Arc::new(tokio::sync::Semaphore::new(64));
-        let mut handles = Vec::with_capacity(n);
-        for _ in 0..n {
-            let (client, submission, gate) = (client.clone(), submission.clone(), gate.clone());
+        let mut handles = Vec::with_capacity(submissions.len());
+        for submission in submissions {
+            let (client, gate) = (client.clone(), gate.clone());
             handles.push(tokio::spawn(async move {
                 let _permit = gate.acquire().await.unwrap();
                 client.submit_review(&submission).await.unwrap().id
             }));
         }
-        let mut ids = Vec::with_capacity(n);
+        let mut ids = Vec::with_capacity(handles.len());
         for h in handles {
             ids.push(h.await.unwrap());
         }
@@ -353,5 +369,57 @@ impl Env {
             dir: tmp.path().to_path_buf(),
             _tmp: tmp,
         }
+    }
+
+    /// `n` commits of their own over the sample change's head, each adding one line of its own
+    /// to the changed module, so no two reviews of them share their diff; their ids. One
+    /// `git fast-import`, so hundreds take a second.
+    pub fn distinct_heads(&self, n: usize) -> Vec<String> {
+        use std::io::Write as _;
+        const PATH: &str = "src/shopcart/cart.py";
+        let git = |args: &[&str]| {
+            let mut c = Command::new("git");
+            c.arg("-C")
+                .arg(&self.repo)
+                .args(args)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1");
+            c
+        };
+        let show = git(&["show", &format!("feature/coupons:{PATH}")])
+            .output()
+            .unwrap();
+        assert!(show.status.success(), "git show {PATH}");
+        let module = String::from_utf8(show.stdout).unwrap();
+        let mut stream = String::new();
+        for i in 0..n {
+            let content = format!("{module}\n\ndef review_{i}_marker():\n    return {i}\n");
+            let message = format!("distinct change {i}");
+            stream.push_str(&format!(
+                "commit refs/heads/distinct/{i}\nmark :{}\ncommitter Ada Example <ada@example.com> 1767713400 +0000\ndata {}\n{message}\nfrom refs/heads/feature/coupons\nM 100644 inline {PATH}\ndata {}\n{content}\n",
+                i + 1,
+                message.len(),
+                content.len(),
+            ));
+        }
+        let mut child = git(&["fast-import", "--quiet"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stream.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success(), "git fast-import");
+        (0..n)
+            .map(|i| {
+                let out = git(&["rev-parse", &format!("distinct/{i}")])
+                    .output()
+                    .unwrap();
+                String::from_utf8(out.stdout).unwrap().trim().to_owned()
+            })
+            .collect()
     }
 }

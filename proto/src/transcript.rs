@@ -96,6 +96,11 @@ pub struct Transcript {
     pub entries: Vec<TranscriptEntry>,
     pub usage: TokenUsage,
     pub outcome: Option<StageOutcome>,
+    /// The attempt's random boundary tokens (P7): the conversation's, then each isolated
+    /// repair's. Every other part of a prompt repeats from attempt to attempt, so a store can
+    /// keep that part once for all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub boundary_tokens: Vec<String>,
 }
 
 impl Transcript {
@@ -384,6 +389,7 @@ mod tests {
             ],
             usage: TokenUsage::default(),
             outcome: None,
+            boundary_tokens: Vec::new(),
         };
         let text = serde_json::to_string(&t.redacted()).unwrap();
         assert!(!text.contains("ABCDEFGHIJ"), "{text}");
@@ -442,6 +448,7 @@ mod tests {
             ],
             usage: TokenUsage::default(),
             outcome: None,
+            boundary_tokens: Vec::new(),
         };
         let text = t.to_text();
         for part in [

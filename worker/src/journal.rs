@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use sha2::{Digest, Sha256};
 use verdict_backends::BoxFuture;
-use verdict_backends::store::{JournalError, ResponseJournal};
+use verdict_backends::store::{CallKey, JournalError, ResponseJournal};
 use verdict_proto::chat::ChatResponse;
 
 use crate::provider::ChatRequest;
 
-/// The key of one call: `task/stage/provider/sha256(request)`. The attempt's random boundary
+/// The key of one call: its stage and `provider/sha256(request)`. The attempt's random boundary
 /// tokens (P7) are replaced by a placeholder before hashing: a redelivery draws new tokens, yet it
 /// asks the same question and must find the answer already paid for.
 pub fn call_key(
@@ -25,7 +25,7 @@ pub fn call_key(
     provider: &str,
     request: &ChatRequest,
     boundary_tokens: &[&str],
-) -> String {
+) -> CallKey {
     // serde_json of our own types cannot fail; an empty body would only weaken reuse.
     let mut body = serde_json::to_string(request).unwrap_or_default();
     for token in boundary_tokens.iter().filter(|t| !t.is_empty()) {
@@ -35,7 +35,11 @@ pub fn call_key(
     h.update(body.as_bytes());
     let digest = h.finalize();
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{task_id}/{stage_id}/{provider}/{hex}")
+    CallKey {
+        task_id: task_id.to_owned(),
+        stage_id: stage_id.to_owned(),
+        call: format!("{provider}/{hex}"),
+    }
 }
 
 /// The shared journal, backed by the process's memory: every response is also kept here (the
@@ -50,8 +54,8 @@ pub struct LocalFallback {
 
 #[derive(Debug, Default)]
 struct Local {
-    responses: HashMap<String, ChatResponse>,
-    order: VecDeque<String>,
+    responses: HashMap<CallKey, ChatResponse>,
+    order: VecDeque<CallKey>,
     capacity: usize,
 }
 
@@ -66,14 +70,14 @@ impl LocalFallback {
         }
     }
 
-    fn remember(&self, key: &str, response: &ChatResponse) {
+    fn remember(&self, key: &CallKey, response: &ChatResponse) {
         let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
         if local
             .responses
-            .insert(key.to_owned(), response.clone())
+            .insert(key.clone(), response.clone())
             .is_none()
         {
-            local.order.push_back(key.to_owned());
+            local.order.push_back(key.clone());
         }
         while local.order.len() > local.capacity {
             if let Some(oldest) = local.order.pop_front() {
@@ -82,7 +86,7 @@ impl LocalFallback {
         }
     }
 
-    fn recall(&self, key: &str) -> Option<ChatResponse> {
+    fn recall(&self, key: &CallKey) -> Option<ChatResponse> {
         let local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
         local.responses.get(key).cloned()
     }
@@ -91,7 +95,7 @@ impl LocalFallback {
 impl ResponseJournal for LocalFallback {
     fn get<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
     ) -> BoxFuture<'a, Result<Option<ChatResponse>, JournalError>> {
         Box::pin(async move {
             if let Some(response) = self.recall(key) {
@@ -107,7 +111,7 @@ impl ResponseJournal for LocalFallback {
 
     fn put<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         response: &'a ChatResponse,
     ) -> BoxFuture<'a, Result<(), JournalError>> {
         Box::pin(async move {
@@ -129,13 +133,13 @@ mod tests {
     impl ResponseJournal for Down {
         fn get<'a>(
             &'a self,
-            _: &'a str,
+            _: &'a CallKey,
         ) -> BoxFuture<'a, Result<Option<ChatResponse>, JournalError>> {
             Box::pin(async { Err(JournalError("connection refused".into())) })
         }
         fn put<'a>(
             &'a self,
-            _: &'a str,
+            _: &'a CallKey,
             _: &'a ChatResponse,
         ) -> BoxFuture<'a, Result<(), JournalError>> {
             Box::pin(async { Err(JournalError("connection refused".into())) })
@@ -152,26 +156,34 @@ mod tests {
         }
     }
 
+    fn key(call: &str) -> CallKey {
+        CallKey {
+            task_id: "t".into(),
+            stage_id: "s".into(),
+            call: call.into(),
+        }
+    }
+
     #[tokio::test]
     async fn responses_paid_for_while_the_shared_journal_is_down_are_answered_from_memory() {
         let journal = LocalFallback::new(Arc::new(Down), 2);
         assert!(
-            journal.put("a", &response("A")).await.is_err(),
+            journal.put(&key("a"), &response("A")).await.is_err(),
             "the shared write failed"
         );
-        assert_eq!(journal.get("a").await.unwrap(), Some(response("A")));
-        journal.put("b", &response("B")).await.ok();
-        journal.put("c", &response("C")).await.ok();
+        assert_eq!(journal.get(&key("a")).await.unwrap(), Some(response("A")));
+        journal.put(&key("b"), &response("B")).await.ok();
+        journal.put(&key("c"), &response("C")).await.ok();
         assert!(
-            journal.get("a").await.is_err(),
+            journal.get(&key("a")).await.is_err(),
             "the oldest left memory; the shared journal is asked"
         );
-        assert_eq!(journal.get("c").await.unwrap(), Some(response("C")));
+        assert_eq!(journal.get(&key("c")).await.unwrap(), Some(response("C")));
         let shared = Arc::new(verdict_backends::store::memory::MemoryStore::new());
         let journal = LocalFallback::new(shared.clone(), 8);
-        journal.put("k", &response("K")).await.unwrap();
+        journal.put(&key("k"), &response("K")).await.unwrap();
         assert_eq!(
-            shared.get("k").await.unwrap(),
+            shared.get(&key("k")).await.unwrap(),
             Some(response("K")),
             "written through"
         );

@@ -18,10 +18,10 @@ use verdict_proto::wire::{EventType, ProgressEvent, StageResult};
 use verdict_proto::budget::{Amount, Limit};
 
 use super::{
-    Account, BudgetLedger, CacheError, CachedAnswer, CancelSignals, Claim, DocumentStore, EventLog,
-    EventSink, InputError, InputStore, JournalError, Liveness, Reservation, ResponseCache,
-    ResponseJournal, ResultStore, StageState, Standing, StoreError, StoredEvent, TranscriptError,
-    TranscriptStore, Versioned, content_hash,
+    Account, BudgetLedger, CacheError, CachedAnswer, CallKey, CancelSignals, Claim, DocumentStore,
+    EventLog, EventSink, InputError, InputStore, JournalError, Liveness, Reservation,
+    ResponseCache, ResponseJournal, ResultStore, StageState, Standing, StoreError, StoredEvent,
+    TranscriptError, TranscriptStore, Versioned, content_hash,
 };
 use crate::BoxFuture;
 
@@ -49,7 +49,7 @@ struct State {
     documents: HashMap<String, Versioned>,
     sets: HashMap<String, BTreeSet<String>>,
     inputs: HashMap<String, Vec<u8>>,
-    journal: HashMap<String, ChatResponse>,
+    journal: HashMap<CallKey, ChatResponse>,
     answers: HashMap<String, CachedAnswer>,
     /// In the order they were first stored; one per task, stage and attempt.
     transcripts: Vec<Transcript>,
@@ -314,12 +314,17 @@ impl ResultStore for MemoryStore {
         result: &'a StageResult,
     ) -> BoxFuture<'a, Result<StageResult, StoreError>> {
         let key = (result.task_id.clone(), result.stage_id.clone());
-        let stored = self
-            .state()
+        let mut state = self.state();
+        // As on Redis: once a result is stored the stage's journaled answers are never read.
+        state
+            .journal
+            .retain(|call, _| call.task_id != result.task_id || call.stage_id != result.stage_id);
+        let stored = state
             .results
             .entry(key)
             .or_insert_with(|| result.clone())
             .clone();
+        drop(state);
         Box::pin(async move { Ok(stored) })
     }
 
@@ -460,7 +465,7 @@ impl InputStore for MemoryStore {
 impl ResponseJournal for MemoryStore {
     fn get<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
     ) -> BoxFuture<'a, Result<Option<ChatResponse>, JournalError>> {
         let found = self.state().journal.get(key).cloned();
         Box::pin(async move { Ok(found) })
@@ -468,12 +473,10 @@ impl ResponseJournal for MemoryStore {
 
     fn put<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         response: &'a ChatResponse,
     ) -> BoxFuture<'a, Result<(), JournalError>> {
-        self.state()
-            .journal
-            .insert(key.to_owned(), response.clone());
+        self.state().journal.insert(key.clone(), response.clone());
         Box::pin(async { Ok(()) })
     }
 }

@@ -25,7 +25,7 @@ pub use budget::{Account, BudgetLedger, Reservation, Standing};
 pub use cache::{CacheError, CachedAnswer, ResponseCache};
 pub use events::{EventSink, event};
 pub use inputs::{InputError, InputStore, ResolvedInput, content_hash, resolve};
-pub use journal::{JournalError, ResponseJournal};
+pub use journal::{CallKey, JournalError, ResponseJournal};
 pub use liveness::Liveness;
 pub use transcripts::{TranscriptError, TranscriptStore};
 use transcripts::{reading_order, same_attempt};

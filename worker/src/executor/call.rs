@@ -157,6 +157,7 @@ pub(super) async fn ai_call(
     let (messages, mut new_messages) = match call {
         Call::IsolatedRepair { messages, boundary } => {
             tokens.push(boundary.token().to_owned());
+            conv.note_boundary(boundary.token());
             (messages.clone(), messages)
         }
         Call::Turn { .. } | Call::ConversationRepair => {

@@ -33,6 +33,7 @@ impl<'t> Conversation<'t> {
         deadline: SoftDeadline,
         transcript: &'t mut Transcript,
     ) -> Conversation<'t> {
+        transcript.boundary_tokens.push(boundary.token().to_owned());
         Conversation {
             messages: prompt,
             recorded: 0,
@@ -62,6 +63,14 @@ impl<'t> Conversation<'t> {
 
     pub fn boundary(&self) -> &Boundary {
         &self.boundary
+    }
+
+    /// Notes a boundary token the conversation's own does not cover (an isolated repair's) in
+    /// the transcript.
+    pub fn note_boundary(&mut self, token: &str) {
+        if !self.transcript.boundary_tokens.iter().any(|t| t == token) {
+            self.transcript.boundary_tokens.push(token.to_owned());
+        }
     }
 
     pub fn record(&mut self, entry: TranscriptEntry) {

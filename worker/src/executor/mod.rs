@@ -260,6 +260,7 @@ impl StageExecutor {
             entries: Vec::new(),
             usage: Default::default(),
             outcome: None,
+            boundary_tokens: Vec::new(),
         };
         let Ran {
             outcome,

@@ -25,10 +25,10 @@
 //! | `P doc:{key}` | hash `v` (version), `body` | `document_ttl`, renewed on write |
 //! | `P set:{name}` | set | none |
 //! | `P input:{sha256}` | string: bytes | `input_ttl` |
-//! | `P journal:{call key}` | string: JSON `ChatResponse` | `journal_ttl` |
+//! | `P journal:{task}:{stage}` | hash: a field per call (`provider/sha256`), JSON `ChatResponse`; deleted when the stage's result is recorded | `journal_ttl`, renewed by each call |
 //! | `P cache:{cache key}` | string: JSON `CachedAnswer` | `response_cache_ttl` |
 //! | `P transcript:{task}:{stage}:{attempt}` | string: zstd frame of the JSON `Transcript`, long texts as references | `transcript_ttl` |
-//! | `P text:{sha256}` | string: zstd frame of one long transcript text, shared by every transcript holding it | `transcript_ttl`, renewed by each |
+//! | `P text:{sha256}` | string: zstd frame of one long transcript text, its boundary tokens as placeholders, shared by every transcript holding it | `transcript_ttl`, renewed by each |
 //! | `P transcripts:{task}` | set of transcript keys (the read-back index) | `transcript_ttl` |
 //! | `P budget:{organisation}:{period}` | hash: spent and held totals, `hold:{task}` per task | 35 days after the period |
 //! | `P alive:{holder}` | string `1`: a scheduler replica's heartbeat | its lease |

@@ -42,10 +42,13 @@ return {'free'}
     )
 });
 
-/// KEYS: result. ARGV: result JSON, TTL (ms). First write wins; returns what is stored.
+/// KEYS: result, the stage's response journal. ARGV: result JSON, TTL (ms). First write wins;
+/// returns what is stored. Either way the journal goes: with a result stored no delivery calls
+/// the stage's provider again (E7), so its answers would only wait out their TTL.
 static RECORD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
+redis.call('DEL', KEYS[2])
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return ARGV[1] end
 return redis.call('GET', KEYS[1])
 ",
@@ -63,7 +66,7 @@ return 0
 });
 
 impl RedisStore {
-    fn stage_key(&self, kind: &str, task_id: &str, stage_id: &str) -> String {
+    pub(super) fn stage_key(&self, kind: &str, task_id: &str, stage_id: &str) -> String {
         self.key(kind, &format!("{task_id}:{stage_id}"))
     }
 
@@ -125,12 +128,13 @@ impl RedisStore {
     async fn record_result(&self, result: &StageResult) -> Result<StageResult, StoreError> {
         let key = self.stage_key("result", &result.task_id, &result.stage_id);
         let json = encode(&key, result)?;
+        let journal_key = self.journal_key(&result.task_id, &result.stage_id);
         let ttl = millis(self.inner.config.result_ttl);
         // SET NX makes a replay return the stored result, ours or an earlier one.
         let stored: Vec<u8> = self
             .run("record result", &key, Replay::Safe, |mut conn| {
                 let mut invocation = RECORD.key(&key);
-                invocation.arg(&json).arg(ttl);
+                invocation.key(&journal_key).arg(&json).arg(ttl);
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;

@@ -6,8 +6,10 @@
 //! file two attempts read. Every message and tool output of at least [`SHARED_MIN_BYTES`] is
 //! therefore stored once, by content hash (`text:{sha256}`, a zstd frame, its TTL renewed by each
 //! transcript that uses it), and the transcript keeps a reference; the transcript itself is a
-//! zstd frame of its JSON. Transcripts written before either change (plain JSON, or a frame of
-//! a whole transcript) still read.
+//! zstd frame of its JSON. Before hashing, each of the attempt's random boundary tokens (P7) in a
+//! text is replaced by a placeholder and its place noted in the reference: otherwise every
+//! prompt would be new text to every attempt, and nothing would be shared. Transcripts written
+//! before any of this (plain JSON, or a frame of a whole transcript) still read.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -39,6 +41,65 @@ struct SharedText {
     /// The message's index in a call's `new_messages`; `None`: a tool call's output.
     message: Option<usize>,
     hash: String,
+    /// Where the shared text's placeholders stand for boundary tokens: `[byte offset in the
+    /// shared text, index in the transcript's boundary_tokens]`, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    boundaries: Vec<[usize; 2]>,
+}
+
+/// What stands for a boundary token in a shared text. A text may hold it literally: only the
+/// offsets a reference names are replaced back.
+const PLACEHOLDER: &str = "\u{ab}boundary\u{bb}";
+
+/// `text` with every occurrence of each of `tokens` replaced by [`PLACEHOLDER`], and where each
+/// was (see [`SharedText::boundaries`]).
+fn normalise(text: &str, tokens: &[String]) -> (String, Vec<[usize; 2]>) {
+    let mut found: Vec<(usize, usize)> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !t.is_empty())
+        .flat_map(|(i, t)| text.match_indices(t.as_str()).map(move |(at, _)| (at, i)))
+        .collect();
+    if found.is_empty() {
+        return (text.to_owned(), Vec::new());
+    }
+    found.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut boundaries = Vec::with_capacity(found.len());
+    let mut last = 0;
+    for (at, i) in found {
+        if at < last {
+            continue; // overlaps the token just replaced
+        }
+        out.push_str(&text[last..at]);
+        boundaries.push([out.len(), i]);
+        out.push_str(PLACEHOLDER);
+        last = at + tokens[i].len();
+    }
+    out.push_str(&text[last..]);
+    (out, boundaries)
+}
+
+/// [`normalise`] undone; a reference that does not fit the text (only by tampering) leaves the
+/// placeholders where it does not.
+fn denormalise(shared: &str, boundaries: &[[usize; 2]], tokens: &[String]) -> String {
+    let mut out = String::with_capacity(shared.len());
+    let mut last = 0;
+    for &[at, i] in boundaries {
+        let fits = at >= last
+            && shared
+                .get(at..)
+                .is_some_and(|rest| rest.starts_with(PLACEHOLDER))
+            && i < tokens.len();
+        if !fits {
+            continue;
+        }
+        out.push_str(&shared[last..at]);
+        out.push_str(&tokens[i]);
+        last = at + PLACEHOLDER.len();
+    }
+    out.push_str(&shared[last..]);
+    out
 }
 
 /// Every long text of `transcript`, moved out and replaced by an empty string: the references
@@ -46,14 +107,17 @@ struct SharedText {
 fn take_shared(transcript: &mut Transcript) -> (Vec<SharedText>, HashMap<String, String>) {
     let mut refs = Vec::new();
     let mut texts = HashMap::new();
+    let tokens = transcript.boundary_tokens.clone();
     let mut take = |text: &mut String, entry: usize, message: Option<usize>| {
         if text.len() >= SHARED_MIN_BYTES {
-            let hash = content_hash(text.as_bytes());
-            texts.insert(hash.clone(), std::mem::take(text));
+            let (shared, boundaries) = normalise(&std::mem::take(text), &tokens);
+            let hash = content_hash(shared.as_bytes());
+            texts.insert(hash.clone(), shared);
             refs.push(SharedText {
                 entry,
                 message,
                 hash,
+                boundaries,
             });
         }
     };
@@ -79,10 +143,10 @@ fn restore_shared(
     texts: &HashMap<String, String>,
 ) {
     for r in refs {
-        let text = texts
-            .get(&r.hash)
-            .cloned()
-            .unwrap_or_else(|| format!("[shared text {} is no longer stored]", r.hash));
+        let text = texts.get(&r.hash).map_or_else(
+            || format!("[shared text {} is no longer stored]", r.hash),
+            |shared| denormalise(shared, &r.boundaries, &transcript.boundary_tokens),
+        );
         match (transcript.entries.get_mut(r.entry), r.message) {
             (Some(TranscriptEntry::Call { new_messages, .. }), Some(m)) => {
                 if let Some(message) = new_messages.get_mut(m) {
@@ -295,5 +359,56 @@ impl TranscriptStore for RedisStore {
                 .await
                 .map_err(|e| TranscriptError(e.to_string()))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const A: &str = "AAAAAAAAAAAAAAAAAAAAAAAA";
+    const B: &str = "BBBBBBBBBBBBBBBBBBBBBBBB";
+
+    #[test]
+    fn two_attempts_prompts_share_one_text_whatever_their_tokens() {
+        let prompt = |t: &str| format!("<<<UNTRUSTED diff {t}>>>\n+x\n<<<END UNTRUSTED {t}>>>");
+        let (a, at_a) = normalise(&prompt(A), &[A.to_owned()]);
+        let (b, at_b) = normalise(&prompt(B), &[B.to_owned()]);
+        assert_eq!(a, b);
+        assert_eq!(at_a, at_b);
+        assert_eq!(denormalise(&a, &at_a, &[A.to_owned()]), prompt(A));
+        assert_eq!(denormalise(&b, &at_b, &[B.to_owned()]), prompt(B));
+    }
+
+    #[test]
+    fn a_placeholder_written_literally_stays_as_it_was() {
+        let text = format!("{PLACEHOLDER} then {A}");
+        let tokens = [A.to_owned()];
+        let (shared, at) = normalise(&text, &tokens);
+        assert_eq!(at.len(), 1);
+        assert_eq!(denormalise(&shared, &at, &tokens), text);
+        // A reference that does not fit leaves the text as stored.
+        assert_eq!(denormalise(&shared, &[[3, 0]], &tokens), shared);
+    }
+
+    proptest! {
+        #[test]
+        fn normalising_is_undone_exactly(
+            parts in proptest::collection::vec((".{0,40}", 0usize..3), 0..8),
+        ) {
+            let tokens = vec![A.to_owned(), B.to_owned()];
+            let text: String = parts
+                .iter()
+                .map(|(s, t)| match t {
+                    0 => s.clone(),
+                    1 => format!("{s}{A}"),
+                    _ => format!("{s}{B}{PLACEHOLDER}"),
+                })
+                .collect();
+            let (shared, at) = normalise(&text, &tokens);
+            prop_assert!(!shared.contains(A) && !shared.contains(B));
+            prop_assert_eq!(denormalise(&shared, &at, &tokens), text);
+        }
     }
 }
