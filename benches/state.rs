@@ -21,7 +21,8 @@
 //! traffic has: identical reviews share every text, which flatters what is stored once.
 //! `--dump DIR` writes the first review's keys, and the shared texts, one file each, as stored.
 //!
-//! Also reported: Redis commands per review (`INFO commandstats` before and after) and the
+//! The harness waits for every task's records to be sealed (`archive:` keys, or a minute) before
+//! reading. Also reported: Redis commands per review (`INFO commandstats` before and after) and the
 //! server's `used_memory` growth, and the broker's stage and result queues empty at the end.
 //! Writes `state.md` and `state.json` into `--out`, and prints the Markdown.
 
@@ -288,6 +289,27 @@ async fn dump(conn: &mut redis::aio::MultiplexedConnection, prefix: &str, task: 
     }
 }
 
+/// How many `archive:` keys there are once there are `want`, or after `within`.
+async fn await_archives(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    want: usize,
+    within: Duration,
+) -> usize {
+    let deadline = Instant::now() + within;
+    loop {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}archive:*"))
+            .query_async(conn)
+            .await
+            .unwrap();
+        if keys.len() >= want || Instant::now() >= deadline {
+            return keys.len();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Ready messages left on the stage and result queues.
 async fn messages_left(pool: &Pool) -> u64 {
     let mut amqp = AmqpConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f");
@@ -311,11 +333,12 @@ fn markdown(report: &Value) -> String {
     let n = report["reviews"].as_f64().unwrap();
     let mut md = String::new();
     md.push_str(&format!(
-        "Command: `{}`\n\n{} reviews ({}), {} completed, {} stages each, provider at {} ms; messages left on the queues: {}.\n\n",
+        "Command: `{}`\n\n{} reviews ({}), {} completed, {} sealed, {} stages each, provider at {} ms; messages left on the queues: {}.\n\n",
         report["command"].as_str().unwrap(),
         report["reviews"],
         if report["distinct"].as_bool().unwrap() { "each its own change" } else { "all of one change" },
         report["completed"],
+        report["sealed"],
         report["stages_per_review"],
         report["latency_ms"],
         report["messages_left"],
@@ -396,8 +419,10 @@ fn main() {
             .iter()
             .filter(|d| d.state.as_str() == "completed")
             .count();
-        // The scheduler records a task's end before its last clean-ups; let them land.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // The scheduler records a task's end before its last clean-ups and seals its records a
+        // moment after retiring it: wait for the archives (or a minute), then a moment more.
+        let sealed = await_archives(&mut conn, &prefix, args.reviews, Duration::from_secs(60)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let commands_after = command_counts(&mut conn).await;
         let memory_after = used_memory(&mut conn).await;
         let kinds = keys_by_kind(&mut conn, &prefix).await;
@@ -437,6 +462,7 @@ fn main() {
             "provider_calls": calls,
             "stages_per_review": docs.first().map_or(0, |d| d.stages.len()),
             "messages_left": left,
+            "sealed": sealed,
             "keys": keys,
             "keys_without_ttl": without_ttl,
             "bytes_per_review": bytes as f64 / n,

@@ -158,6 +158,7 @@ impl Assembly {
                 budgets: store.clone(),
                 liveness: store.clone(),
                 transcripts: store.clone(),
+                archive: store.clone(),
             },
             scheduler_settings(&self.config),
         ))

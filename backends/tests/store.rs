@@ -24,7 +24,8 @@ use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_backends::store::{
     Account, BudgetLedger, CachedAnswer, CallKey, CancelSignals, Claim, DocumentStore, EventLog,
     EventSink, InputError, InputStore, Liveness, Reservation, ResponseCache, ResponseJournal,
-    ResultStore, StageState, Standing, StoreError, TranscriptStore, content_hash, event, resolve,
+    ResultStore, Sealing, StageState, Standing, StoreError, TaskArchive, TranscriptStore,
+    content_hash, event, resolve,
 };
 use verdict_proto::budget::{Amount, Limit};
 use verdict_proto::chat::{ChatResponse, FinishReason, TokenUsage};
@@ -814,6 +815,145 @@ async fn check_transcripts(store: &dyn TranscriptStore) {
 // ---------------------------------------------------------------------------------------------
 // The checks on both backends
 
+/// A sealed task reads exactly as before: results, claims and inspections of redelivered
+/// stages, a second record of a result, transcripts, events after any position; what is written
+/// after sealing is read beside what was sealed, and sealing again gathers it. Returns what the
+/// first sealing did.
+async fn check_sealing<S>(store: &S) -> Sealing
+where
+    S: ResultStore + EventLog + TranscriptStore + TaskArchive,
+{
+    let task = "t-sealed";
+    let stages: Vec<String> = ["triage", "review", "never-ran"].map(String::from).to_vec();
+    let mut ids = Vec::new();
+    for i in 0..3u64 {
+        let e = event(
+            task,
+            Some("review"),
+            i,
+            EventType::StageStarted,
+            format!("m{i}"),
+        );
+        ids.push(store.append(&e).await.unwrap());
+    }
+    store.put(transcript(task, "triage", 1, 10)).await.unwrap();
+    store.put(transcript(task, "review", 1, 20)).await.unwrap();
+    store.put(transcript(task, "review", 2, 30)).await.unwrap();
+    let triage = stage_result(task, "triage", 11);
+    let review = stage_result(task, "review", 31);
+    store.record(&triage).await.unwrap();
+    store.record(&review).await.unwrap();
+    let transcripts = store.of_task(task).await.unwrap();
+    let events = store.read(task, None, Duration::ZERO).await.unwrap();
+
+    let first = store.seal(task, &stages).await.unwrap();
+
+    assert_eq!(
+        ResultStore::get(store, task, "triage").await.unwrap(),
+        Some(triage.clone())
+    );
+    assert_eq!(
+        ResultStore::get(store, task, "never-ran").await.unwrap(),
+        None
+    );
+    match store
+        .claim(task, "review", "w2", Duration::from_secs(30))
+        .await
+        .unwrap()
+    {
+        Claim::Done(r) => assert_eq!(*r, review, "a redelivery finds the sealed result"),
+        other => panic!("{other:?}"),
+    }
+    match store.inspect(task, "triage").await.unwrap() {
+        StageState::Done(r) => assert_eq!(*r, triage),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.inspect(task, "never-ran").await.unwrap(),
+        StageState::Free
+    );
+    let mut later = stage_result(task, "review", 99);
+    later.attempt = 7;
+    assert_eq!(
+        store.record(&later).await.unwrap(),
+        review,
+        "the first write still wins"
+    );
+    assert_eq!(store.of_task(task).await.unwrap(), transcripts);
+    assert_eq!(
+        store.read(task, None, Duration::ZERO).await.unwrap(),
+        events
+    );
+    let after = store
+        .read(task, Some(&ids[0]), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(after, events[1..].to_vec());
+
+    // Written after sealing: a stage that had not run, a late event, a stale attempt.
+    assert_eq!(
+        store
+            .claim(task, "never-ran", "w2", Duration::from_secs(30))
+            .await
+            .unwrap(),
+        Claim::Acquired
+    );
+    let late_result = stage_result(task, "never-ran", 40);
+    assert_eq!(store.record(&late_result).await.unwrap(), late_result);
+    store.release(task, "never-ran", "w2").await.unwrap();
+    let late = event(task, None, 9, EventType::TaskFinished, "late");
+    let late_id = store.append(&late).await.unwrap();
+    let mut stale = transcript(task, "review", 2, 30);
+    stale.finished_unix_ms = 77;
+    store.put(stale.clone()).await.unwrap();
+    let expected_transcripts = vec![transcripts[0].clone(), transcripts[1].clone(), stale];
+    let read_all = async || {
+        let events = store.read(task, None, Duration::ZERO).await.unwrap();
+        let after_sealed = store
+            .read(task, ids.last().map(String::as_str), Duration::ZERO)
+            .await
+            .unwrap();
+        (events, after_sealed)
+    };
+    let check_late = async || {
+        assert_eq!(
+            store.of_task(task).await.unwrap(),
+            expected_transcripts,
+            "the later attempt replaces the sealed one"
+        );
+        let (all, after_sealed) = read_all().await;
+        assert_eq!(all.len(), 4);
+        assert_eq!(all[3].id, late_id);
+        assert_eq!(
+            after_sealed
+                .iter()
+                .map(|e| e.event.message.as_str())
+                .collect::<Vec<_>>(),
+            ["late"]
+        );
+        assert!(
+            store
+                .read(task, Some(&late_id), Duration::ZERO)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            ResultStore::get(store, task, "never-ran").await.unwrap(),
+            Some(late_result.clone())
+        );
+        assert_eq!(
+            ResultStore::get(store, task, "review").await.unwrap(),
+            Some(review.clone())
+        );
+    };
+    check_late().await;
+    let again = store.seal(task, &stages).await.unwrap();
+    assert_eq!(again, first, "sealing again does what the first did");
+    check_late().await;
+    first
+}
+
 #[tokio::test]
 async fn memory_claims() {
     let store = MemoryStore::new();
@@ -914,6 +1054,31 @@ async fn redis_documents() {
     check_concurrent_cas(Arc::new(f.store.clone())).await;
     assert!(f.pttl("doc:task:1").await > 0);
     assert_eq!(f.pttl("set:active").await, -1);
+}
+
+#[tokio::test]
+async fn memory_sealing_changes_nothing() {
+    assert_eq!(check_sealing(&MemoryStore::new()).await, Sealing::Nothing);
+}
+
+#[tokio::test]
+async fn redis_sealing_gathers_a_task_into_one_key() {
+    let f = RedisFixture::new().await;
+    assert_eq!(check_sealing(&f.store).await, Sealing::Sealed);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*t-sealed*", f.prefix))
+        .query_async(&mut f.raw.clone())
+        .await
+        .unwrap();
+    let mut keys: Vec<&str> = keys
+        .iter()
+        .map(|k| k.trim_start_matches(&f.prefix))
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["archive:t-sealed"], "every record gathered");
+    assert!(f.pttl("archive:t-sealed").await > 0, "the archive expires");
+    let stored = f.raw_get("archive:t-sealed").await;
+    assert_eq!(&stored[..4], &[0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
 }
 
 #[tokio::test]
@@ -1023,6 +1188,14 @@ async fn redis_transcripts_share_long_texts_are_compressed_and_plain_ones_still_
     let with_prompt = |task: &str, token: &str| {
         let mut t = transcript(task, "summary", 1, 5);
         t.boundary_tokens = vec![token.to_owned()];
+        // Every attempt of a stage kind offers the same tools, described at length.
+        t.tools_offered = ["read_file", "search", "list_dir"]
+            .map(|name| verdict_proto::chat::ToolDefinition {
+                name: name.into(),
+                description: format!("{name}: ").repeat(60),
+                parameters: serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            })
+            .to_vec();
         t.entries = vec![verdict_proto::transcript::TranscriptEntry::Call {
             seq: 1,
             purpose: verdict_proto::transcript::CallPurpose::Turn,
@@ -1059,17 +1232,19 @@ async fn redis_transcripts_share_long_texts_are_compressed_and_plain_ones_still_
         .unwrap();
     assert_eq!(
         shared_keys.len(),
-        1,
-        "one copy for both tasks, whatever their tokens: {shared_keys:?}"
+        2,
+        "the contract and the tools, one copy for both tasks whatever their tokens: {shared_keys:?}"
     );
-    let text_key = shared_keys[0].trim_start_matches(&f.prefix).to_owned();
-    let text = f.raw_get(&text_key).await;
-    assert!(
-        !text.is_empty() && text.len() < contract("").len() / 10,
-        "{}",
-        text.len()
-    );
-    assert!(f.pttl(&text_key).await > 0, "shared texts expire");
+    for key in &shared_keys {
+        let text_key = key.trim_start_matches(&f.prefix).to_owned();
+        let text = f.raw_get(&text_key).await;
+        assert!(
+            !text.is_empty() && text.len() < contract("").len() / 10,
+            "{}",
+            text.len()
+        );
+        assert!(f.pttl(&text_key).await > 0, "shared texts expire");
+    }
     assert_eq!(f.store.of_task("t9").await.unwrap(), vec![t.clone()]);
     assert_eq!(f.store.of_task("t10").await.unwrap(), vec![other]);
 

@@ -21,6 +21,8 @@ const TASK_KINDS: [&str; 3] = ["review", "issue-analysis", "scan"];
 /// Terminal task states (`verdict_tasks_total{state}`).
 const TERMINAL_STATES: [&str; 5] = ["completed", "skipped", "degraded", "incomplete", "aborted"];
 /// How publication attempts end (`verdict_publications_total{outcome}`).
+/// The outcomes of sealing an ended task (`verdict_tasks_sealed_total`).
+pub const SEAL_OUTCOMES: [&str; 4] = ["sealed", "changed", "nothing", "failed"];
 const PUBLICATION_OUTCOMES: [&str; 5] = ["published", "nothing", "stale", "failed", "retry"];
 /// What a consumed dead letter was (`verdict_dead_letters_consumed_total{what}`).
 pub const DEAD_LETTER_KINDS: [&str; 4] = ["result", "request", "poison", "unidentified"];
@@ -53,6 +55,10 @@ pub struct SchedulerMetrics {
     /// publication — `applied` (a recorded result whose message never arrived) or `republished`
     /// (neither a result nor a live claim: the request was lost).
     pub recovered: IntCounterVec,
+    /// `verdict_tasks_sealed_total{outcome}`: ended tasks whose records were gathered into one
+    /// (`sealed`), found changed while being read and left as they were (`changed`), had nothing
+    /// to gather (`nothing`), or could not be sealed (`failed`: the store did not answer).
+    pub sealed: IntCounterVec,
     /// `verdict_publications_total{kind, outcome}`: publication attempts to GitHub by task kind
     /// and how they ended (published, nothing, stale, failed, retry).
     pub publications: IntCounterVec,
@@ -125,6 +131,13 @@ impl SchedulerMetrics {
                 ),
                 &["stage", "model"],
             )?,
+            sealed: IntCounterVec::new(
+                Opts::new(
+                    "verdict_tasks_sealed_total",
+                    "Ended tasks whose records were gathered into one archive, by outcome: sealed, changed (written meanwhile; left as they were), nothing, failed.",
+                ),
+                &["outcome"],
+            )?,
             recovered: IntCounterVec::new(
                 Opts::new(
                     "verdict_stages_recovered_total",
@@ -188,6 +201,7 @@ impl SchedulerMetrics {
         registry.register(Box::new(m.findings_merged.clone()))?;
         registry.register(Box::new(m.publications.clone()))?;
         registry.register(Box::new(m.recovered.clone()))?;
+        registry.register(Box::new(m.sealed.clone()))?;
         registry.register(Box::new(m.dead_letters_consumed.clone()))?;
         registry.register(Box::new(m.queue_messages.clone()))?;
         registry.register(Box::new(m.queue_consumers.clone()))?;
@@ -233,6 +247,9 @@ impl SchedulerMetrics {
         }
         for how in ["applied", "republished"] {
             self.recovered.with_label_values(&[how]);
+        }
+        for outcome in SEAL_OUTCOMES {
+            self.sealed.with_label_values(&[outcome]);
         }
         for queue in QUEUE_LABELS {
             self.queue_messages.with_label_values(&[queue]);

@@ -755,6 +755,11 @@ fn finish(
     task.finished_unix_ms = Some(now);
     // Stages still planned are never published after the end.
     fx.planned.clear();
+    // Nor is any other stage published again, so their inputs (each the text a stage was shown,
+    // also in its transcript) would only weigh on a record kept for days (issue 14).
+    for stage in &mut task.stages {
+        stage.request.inputs.clear();
+    }
     // In the same write as the end, so a crash after it cannot lose the publication.
     if task.github.as_ref().is_some_and(|g| g.publish) && task.publication.is_none() {
         task.publication = Some(crate::task::PublicationRecord::pending());

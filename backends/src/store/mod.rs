@@ -11,6 +11,7 @@ use verdict_proto::wire::{ProgressEvent, StageResult};
 
 use crate::BoxFuture;
 
+mod archive;
 mod budget;
 mod cache;
 mod events;
@@ -21,6 +22,7 @@ pub mod memory;
 pub mod redis;
 mod transcripts;
 
+pub use archive::{Sealing, TaskArchive};
 pub use budget::{Account, BudgetLedger, Reservation, Standing};
 pub use cache::{CacheError, CachedAnswer, ResponseCache};
 pub use events::{EventSink, event};
@@ -222,6 +224,7 @@ pub trait StateStore:
     + TranscriptStore
     + BudgetLedger
     + Liveness
+    + TaskArchive
 {
 }
 
@@ -236,5 +239,6 @@ impl<T> StateStore for T where
         + TranscriptStore
         + BudgetLedger
         + Liveness
+        + TaskArchive
 {
 }

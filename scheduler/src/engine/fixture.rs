@@ -103,6 +103,7 @@ impl Fixture {
             budgets: store.clone(),
             liveness: store.clone(),
             transcripts: store.clone(),
+            archive: store.clone(),
         };
         let settings = SchedulerSettings {
             pipeline: PipelineSettings {

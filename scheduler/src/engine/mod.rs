@@ -53,7 +53,7 @@ use verdict_backends::publish::Publisher;
 use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::{
     BudgetLedger, CancelSignals, DocumentStore, EventLog, InputStore, Liveness, ResultStore,
-    StoreError, TranscriptStore,
+    StoreError, TaskArchive, TranscriptStore,
 };
 use verdict_proto::Language;
 
@@ -128,6 +128,8 @@ pub struct SchedulerDeps {
     pub liveness: Arc<dyn Liveness>,
     /// The workers' transcripts, read back for operators (`GET /v1/tasks/{id}/transcripts`).
     pub transcripts: Arc<dyn TranscriptStore>,
+    /// Seals a task's stage records once it is retired (issue 14).
+    pub archive: Arc<dyn TaskArchive>,
 }
 
 /// What the scheduler decides with.

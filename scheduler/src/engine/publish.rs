@@ -256,7 +256,7 @@ impl Publication {
         }
         // Left active when the budget is not settled: the sweeper settles it, then retires it.
         if self.budgets.settle(&settled).await
-            && let Err(e) = self.records.retire(id).await
+            && let Err(e) = self.records.retire(&settled).await
         {
             tracing::warn!(task = %id, error = %e, "active-task index not updated");
         }

@@ -4,9 +4,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use prometheus::IntCounter;
-use verdict_backends::store::{DocumentStore, StoreError};
+use prometheus::{IntCounter, IntCounterVec};
+use verdict_backends::store::{DocumentStore, Sealing, StoreError, TaskArchive};
 
 use super::{SchedulerDeps, unavailable};
 use crate::pipeline::Effects;
@@ -24,6 +25,14 @@ const MAX_TRIES: usize = 64;
 /// without the copies.
 const HELD_RECORDS: usize = 4096;
 
+/// How long a retired task's sealing waits before each try: a moment first, for what its last
+/// stage stores while its result travels, then longer when the task was found changed.
+const SEAL_WAITS: [Duration; 3] = [
+    Duration::from_secs(1),
+    Duration::from_secs(5),
+    Duration::from_secs(30),
+];
+
 fn task_key(id: &str) -> String {
     format!("task:{id}")
 }
@@ -32,6 +41,8 @@ fn task_key(id: &str) -> String {
 #[derive(Debug, Clone)]
 pub(super) struct TaskRecords {
     documents: Arc<dyn DocumentStore>,
+    archive: Arc<dyn TaskArchive>,
+    sealed: IntCounterVec,
     conflicts: IntCounter,
     held: Arc<Mutex<Held>>,
 }
@@ -92,6 +103,8 @@ impl TaskRecords {
     pub fn new(deps: &SchedulerDeps) -> TaskRecords {
         TaskRecords {
             documents: deps.documents.clone(),
+            archive: deps.archive.clone(),
+            sealed: deps.metrics.sealed.clone(),
             conflicts: deps.metrics.conflicts.clone(),
             held: Arc::default(),
         }
@@ -203,10 +216,36 @@ impl TaskRecords {
         self.documents.set_members(ACTIVE).await
     }
 
-    /// Takes an ended task off the active index.
-    pub async fn retire(&self, id: &str) -> Result<(), StoreError> {
-        self.forget(id);
-        self.documents.set_remove(ACTIVE, id).await
+    /// Takes an ended task off the active index, and seals its stages' records
+    /// ([`TaskArchive::seal`]) in the background: by now its publication has settled, so nothing
+    /// more is expected of it. A seal that fails leaves its records as they were (they expire as
+    /// before); one that finds the task changed while reading it (the last attempt's transcript
+    /// is stored while its result travels, so it may land just after the end) is tried again a
+    /// little later, a few times.
+    pub async fn retire(&self, task: &TaskRecord) -> Result<(), StoreError> {
+        let id = task.id.clone();
+        self.forget(&id);
+        self.documents.set_remove(ACTIVE, &id).await?;
+        let stages: Vec<String> = task.stages.iter().map(|s| s.id.clone()).collect();
+        let (archive, sealed) = (self.archive.clone(), self.sealed.clone());
+        tokio::spawn(async move {
+            let mut outcome = "changed";
+            for wait in SEAL_WAITS {
+                tokio::time::sleep(wait).await;
+                outcome = match archive.seal(&id, &stages).await {
+                    Ok(Sealing::Sealed) => "sealed",
+                    Ok(Sealing::Changed) => continue,
+                    Ok(Sealing::Nothing) => "nothing",
+                    Err(e) => {
+                        tracing::warn!(task = %id, error = %e, "task records not sealed");
+                        "failed"
+                    }
+                };
+                break;
+            }
+            sealed.with_label_values(&[outcome]).inc();
+        });
+        Ok(())
     }
 
     /// Whether the store answers (readiness).
@@ -494,7 +533,7 @@ mod tests {
                 .unwrap_err(),
             ServiceError::NotFound("nope".to_owned())
         );
-        records.retire(&task.id).await.unwrap();
+        records.retire(&task).await.unwrap();
         assert!(records.active().await.unwrap().is_empty());
     }
 }

@@ -204,7 +204,7 @@ impl Sweeper {
             match chore(&task, now, &self.limits, owner_alive) {
                 Chore::Retire => {
                     if self.budgets.settle(&task).await {
-                        let _ = self.records.retire(&id).await;
+                        let _ = self.records.retire(&task).await;
                     }
                 }
                 Chore::Publish => self.publication.spawn(&id),

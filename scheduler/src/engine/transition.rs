@@ -114,7 +114,7 @@ impl Transitions {
                 // It stays on the active index until its publication settles (the sweeper
                 // retries what this replica does not finish).
                 self.publication.spawn(&task.id);
-            } else if settled && let Err(e) = self.records.retire(&task.id).await {
+            } else if settled && let Err(e) = self.records.retire(task).await {
                 tracing::warn!(error = %e, "active-task index not updated");
             }
         }

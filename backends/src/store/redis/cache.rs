@@ -1,7 +1,7 @@
 //! The response cache on Redis (SPEC X3): accepted stage answers kept for `response_cache_ttl`
 //! under their cache key, shared by every worker of the pool.
 
-use super::{RedisStore, Replay, decode, encode, millis};
+use super::{RedisStore, Replay, decode, encode_packed, millis};
 use crate::BoxFuture;
 use crate::store::{CacheError, CachedAnswer, ResponseCache};
 
@@ -25,7 +25,7 @@ impl RedisStore {
 
     async fn put_cached(&self, key: &str, answer: &CachedAnswer) -> Result<(), CacheError> {
         let key = self.key("cache", key);
-        let json = encode(&key, answer).map_err(|e| CacheError(e.to_string()))?;
+        let json = encode_packed(&key, answer).map_err(|e| CacheError(e.to_string()))?;
         // NX: the first answer paid for stays; a replay of the same SET is harmless.
         let _: Option<String> = self
             .query(

@@ -1,11 +1,13 @@
 //! Versioned documents and id sets on Redis: each document is a hash of `v` (version) and
 //! `body`, written only through one compare-and-set script, so scheduler replicas never
-//! overwrite each other's task records.
+//! overwrite each other's task records. The body is packed ([`super::packed`]): a task record
+//! is JSON that zstd shrinks several times.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
+use super::packed::{pack, unpack_text};
 use super::{RedisStore, Replay, millis};
 use crate::BoxFuture;
 use crate::store::{DocumentStore, StoreError, Versioned};
@@ -32,7 +34,7 @@ return next
 impl RedisStore {
     async fn get_document(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
         let doc_key = self.key("doc", key);
-        let (version, body): (Option<String>, Option<String>) = self
+        let (version, body): (Option<String>, Option<Vec<u8>>) = self
             .query(
                 "get document",
                 &doc_key,
@@ -47,6 +49,7 @@ impl RedisStore {
                     key: doc_key.clone(),
                     reason: format!("version `{version}` is not a number"),
                 })?;
+                let body = unpack_text(&doc_key, &body)?;
                 Ok(Some(Versioned { version, body }))
             }
             _ => Err(StoreError::Corrupt {
@@ -65,11 +68,12 @@ impl RedisStore {
         let doc_key = self.key("doc", key);
         let expected = expected.map(|v| v.to_string()).unwrap_or_default();
         let ttl = self.inner.config.document_ttl.map_or(0, millis);
+        let body = pack(&doc_key, body.as_bytes())?;
         // A replayed compare-and-set whose first try landed would report a conflict with our
         // own write; resend only what never left.
         self.run("put document", &doc_key, Replay::IfUnsent, |mut conn| {
             let mut invocation = PUT.key(&doc_key);
-            invocation.arg(body).arg(&expected).arg(ttl);
+            invocation.arg(&body).arg(&expected).arg(ttl);
             async move { invocation.invoke_async(&mut conn).await }
         })
         .await

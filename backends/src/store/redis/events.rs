@@ -73,16 +73,27 @@ impl RedisStore {
             check_stream_id(&key, after)?;
         }
         let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
-        let range: StreamRangeReply = self
-            .query(
-                "read events",
-                &key,
-                Replay::Safe,
-                redis::cmd("XRANGE").arg(&key).arg(&start).arg("+"),
-            )
+        // A sealed task's events are in its archive; later ones in the stream after them.
+        let archive_key = self.archive_key(task_id);
+        let mut pipe = redis::pipe();
+        pipe.cmd("XRANGE")
+            .arg(&key)
+            .arg(&start)
+            .arg("+")
+            .cmd("GET")
+            .arg(&archive_key);
+        let (range, archived): (StreamRangeReply, Option<Vec<u8>>) = self
+            .query_pipeline("read events", &key, Replay::Safe, &pipe)
             .await?;
-        if !range.ids.is_empty() || wait.is_zero() {
-            return decode_entries(&key, range.ids);
+        let mut events = match archived {
+            Some(bytes) => {
+                decode::<super::archive::Archive>(&archive_key, &bytes)?.events_after(after)
+            }
+            None => Vec::new(),
+        };
+        events.extend(decode_entries(&key, range.ids)?);
+        if !events.is_empty() || wait.is_zero() {
+            return Ok(events);
         }
         // Nothing yet: block from the same position, so an event appended between the XRANGE
         // and the XREAD is returned at once rather than missed.
@@ -189,7 +200,10 @@ fn check_stream_id(key: &str, id: &str) -> Result<(), StoreError> {
     }
 }
 
-fn decode_entries(key: &str, entries: Vec<StreamId>) -> Result<Vec<StoredEvent>, StoreError> {
+pub(super) fn decode_entries(
+    key: &str,
+    entries: Vec<StreamId>,
+) -> Result<Vec<StoredEvent>, StoreError> {
     entries
         .into_iter()
         .map(|entry| {

@@ -3,7 +3,7 @@
 //! (`journal:{task}:{stage}`, a field per call), so recording the stage's result deletes them all
 //! in the same script.
 
-use super::{RedisStore, Replay, decode, encode, millis};
+use super::{RedisStore, Replay, decode, encode_packed, millis};
 use crate::BoxFuture;
 use crate::store::{CallKey, JournalError, ResponseJournal};
 use verdict_proto::chat::ChatResponse;
@@ -36,7 +36,7 @@ impl RedisStore {
         response: &ChatResponse,
     ) -> Result<(), JournalError> {
         let key = self.journal_key(&call.task_id, &call.stage_id);
-        let json = encode(&key, response).map_err(|e| JournalError(e.to_string()))?;
+        let json = encode_packed(&key, response).map_err(|e| JournalError(e.to_string()))?;
         // The hash's TTL is renewed by every call's answer: it outlives the stage's last call
         // by the journal's retention, as one key per call did.
         let mut pipe = redis::pipe();

@@ -18,15 +18,16 @@
 //! | key | type | TTL |
 //! |---|---|---|
 //! | `P claim:{task}:{stage}` | string: owner | the claim's TTL |
-//! | `P result:{task}:{stage}` | string: JSON `StageResult` | `result_ttl` |
+//! | `P result:{task}:{stage}` | string: packed JSON `StageResult` (a zstd frame from 128 bytes) | `result_ttl` |
 //! | `P events:{task}` | stream, field `event`: JSON `ProgressEvent` | `event_ttl`, `MAXLEN ~` |
 //! | `P cancel:{task}` | string `1` | `cancel_ttl` |
 //! | `P cancel` | pub/sub channel, payload: task id | — |
-//! | `P doc:{key}` | hash `v` (version), `body` | `document_ttl`, renewed on write |
+//! | `P doc:{key}` | hash `v` (version), `body` (packed) | `document_ttl`, renewed on write |
 //! | `P set:{name}` | set | none |
 //! | `P input:{sha256}` | string: bytes | `input_ttl` |
 //! | `P journal:{task}:{stage}` | hash: a field per call (`provider/sha256`), JSON `ChatResponse`; deleted when the stage's result is recorded | `journal_ttl`, renewed by each call |
-//! | `P cache:{cache key}` | string: JSON `CachedAnswer` | `response_cache_ttl` |
+//! | `P cache:{cache key}` | string: packed JSON `CachedAnswer` | `response_cache_ttl` |
+//! | `P archive:{task}` | string: zstd frame of a sealed task's results, transcripts (long texts as references) and events with their stream ids; those keys deleted | the longest of `result_ttl`, `transcript_ttl`, `event_ttl` |
 //! | `P transcript:{task}:{stage}:{attempt}` | string: zstd frame of the JSON `Transcript`, long texts as references | `transcript_ttl` |
 //! | `P text:{sha256}` | string: zstd frame of one long transcript text, its boundary tokens as placeholders, shared by every transcript holding it | `transcript_ttl`, renewed by each |
 //! | `P transcripts:{task}` | set of transcript keys (the read-back index) | `transcript_ttl` |
@@ -36,6 +37,7 @@
 //! Scripts touch several keys of one task, so the layout suits one Redis (or Sentinel), not
 //! Redis Cluster.
 
+mod archive;
 mod budget;
 mod cache;
 mod cancel;
@@ -44,6 +46,7 @@ mod events;
 mod inputs;
 mod journal;
 mod liveness;
+mod packed;
 mod results;
 mod transcripts;
 
@@ -484,8 +487,12 @@ impl RedisStore {
     }
 
     fn store_error(&self, op: &str, key: &str, failure: &Failure) -> StoreError {
+        // A pipeline reports its commands' errors inside its own.
         if let Failure::Redis(e) = failure
-            && e.code() == Some("WRONGTYPE")
+            && (e.code() == Some("WRONGTYPE")
+                || e.clone()
+                    .into_server_errors()
+                    .is_some_and(|errors| errors.iter().any(|(_, s)| s.code() == "WRONGTYPE")))
         {
             return StoreError::Corrupt {
                 key: key.to_owned(),
@@ -562,9 +569,10 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// Parses a stored JSON value; anything else is reported as corrupt data at `key`.
+/// Parses a stored JSON value, packed ([`packed::pack`]) or not; anything else is reported as
+/// corrupt data at `key`.
 fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, StoreError> {
-    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+    serde_json::from_slice(&packed::unpack(key, bytes)?).map_err(|e| StoreError::Corrupt {
         key: key.to_owned(),
         reason: e.to_string(),
     })
@@ -576,6 +584,11 @@ fn encode<T: serde::Serialize>(key: &str, value: &T) -> Result<String, StoreErro
         key: key.to_owned(),
         reason: format!("cannot serialise: {e}"),
     })
+}
+
+/// [`encode`], packed for storing ([`packed::pack`]).
+fn encode_packed<T: serde::Serialize>(key: &str, value: &T) -> Result<Vec<u8>, StoreError> {
+    packed::pack(key, encode(key, value)?.as_bytes())
 }
 
 #[cfg(test)]

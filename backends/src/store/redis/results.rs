@@ -7,18 +7,20 @@ use std::time::Duration;
 use redis::Script;
 use verdict_proto::wire::StageResult;
 
-use super::{RedisStore, Replay, decode, encode, millis};
+use super::{RedisStore, Replay, decode, encode_packed, millis};
 use crate::BoxFuture;
 use crate::store::{Claim, ResultStore, StageState, StoreError};
 
-/// KEYS: result, claim. ARGV: owner, claim TTL (ms).
-/// A recorded result wins; then a live claim of another owner (with the milliseconds it has
-/// left); otherwise set or renew ours.
+/// KEYS: result, claim, the task's archive. ARGV: owner, claim TTL (ms), `1` to look in the
+/// archive. A recorded result wins; then, when asked, a sealed task (`sealed`: the caller reads
+/// the archive, and asks again without looking if the stage is not in it); then a live claim of
+/// another owner (with the milliseconds it has left); otherwise set or renew ours.
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local result = redis.call('GET', KEYS[1])
 if result then return {'done', result} end
+if ARGV[3] == '1' and redis.call('EXISTS', KEYS[3]) == 1 then return {'sealed'} end
 local holder = redis.call('GET', KEYS[2])
 if holder and holder ~= ARGV[1] then
   return {'held', holder, tostring(redis.call('PTTL', KEYS[2]))}
@@ -29,12 +31,14 @@ return {'acquired'}
     )
 });
 
-/// KEYS: result, claim. The same decision as [`CLAIM`], read only.
+/// KEYS: result, claim, the task's archive. ARGV: `1` to look in the archive. The same decision
+/// as [`CLAIM`], read only.
 static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local result = redis.call('GET', KEYS[1])
 if result then return {'done', result} end
+if ARGV[1] == '1' and redis.call('EXISTS', KEYS[3]) == 1 then return {'sealed'} end
 local holder = redis.call('GET', KEYS[2])
 if holder then return {'held', holder, tostring(redis.call('PTTL', KEYS[2]))} end
 return {'free'}
@@ -42,15 +46,21 @@ return {'free'}
     )
 });
 
-/// KEYS: result, the stage's response journal. ARGV: result JSON, TTL (ms). First write wins;
-/// returns what is stored. Either way the journal goes: with a result stored no delivery calls
-/// the stage's provider again (E7), so its answers would only wait out their TTL.
+/// KEYS: result, the stage's response journal, the task's archive. ARGV: packed result, TTL
+/// (ms), `1` to look in the archive. First write wins; returns `stored` and what is stored, or,
+/// when asked and the task is sealed without this result's key, `sealed` (the caller reads the
+/// archive, and asks again without looking if the stage is not in it). Either way the journal
+/// goes: with a result stored no delivery calls the stage's provider again (E7), so its answers
+/// would only wait out their TTL.
 static RECORD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 redis.call('DEL', KEYS[2])
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return ARGV[1] end
-return redis.call('GET', KEYS[1])
+if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+  return {'sealed'}
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'stored', ARGV[1]} end
+return {'stored', redis.call('GET', KEYS[1])}
 ",
     )
 });
@@ -79,33 +89,73 @@ impl RedisStore {
     ) -> Result<Claim, StoreError> {
         let result_key = self.stage_key("result", task_id, stage_id);
         let claim_key = self.stage_key("claim", task_id, stage_id);
+        let archive_key = self.archive_key(task_id);
         let ttl = millis(ttl);
-        // Renewing our own claim twice is harmless, so a lost reply may be retried.
-        let reply: Vec<Vec<u8>> = self
-            .run("claim stage", &claim_key, Replay::Safe, |mut conn| {
-                let mut invocation = CLAIM.key(&result_key);
-                invocation.key(&claim_key).arg(owner).arg(ttl);
-                async move { invocation.invoke_async(&mut conn).await }
-            })
-            .await?;
-        match read_state(&result_key, &claim_key, &reply)? {
-            StageState::Done(result) => Ok(Claim::Done(result)),
-            StageState::Held { owner, expires_in } => Ok(Claim::HeldBy { owner, expires_in }),
-            StageState::Free => Ok(Claim::Acquired),
+        let mut look = true;
+        loop {
+            // Renewing our own claim twice is harmless, so a lost reply may be retried.
+            let reply: Vec<Vec<u8>> = self
+                .run("claim stage", &claim_key, Replay::Safe, |mut conn| {
+                    let mut invocation = CLAIM.key(&result_key);
+                    invocation
+                        .key(&claim_key)
+                        .key(&archive_key)
+                        .arg(owner)
+                        .arg(ttl)
+                        .arg(if look { "1" } else { "0" });
+                    async move { invocation.invoke_async(&mut conn).await }
+                })
+                .await?;
+            match read_state(&result_key, &claim_key, &reply)? {
+                Read::State(StageState::Done(result)) => return Ok(Claim::Done(result)),
+                Read::State(StageState::Held { owner, expires_in }) => {
+                    return Ok(Claim::HeldBy { owner, expires_in });
+                }
+                Read::State(StageState::Free) => return Ok(Claim::Acquired),
+                Read::Sealed => match self.archived_result(task_id, stage_id).await? {
+                    Some(result) => return Ok(Claim::Done(Box::new(result))),
+                    None => look = false,
+                },
+            }
         }
     }
 
     async fn inspect_stage(&self, task_id: &str, stage_id: &str) -> Result<StageState, StoreError> {
         let result_key = self.stage_key("result", task_id, stage_id);
         let claim_key = self.stage_key("claim", task_id, stage_id);
-        let reply: Vec<Vec<u8>> = self
-            .run("inspect stage", &claim_key, Replay::Safe, |mut conn| {
-                let mut invocation = INSPECT.key(&result_key);
-                invocation.key(&claim_key);
-                async move { invocation.invoke_async(&mut conn).await }
-            })
-            .await?;
-        read_state(&result_key, &claim_key, &reply)
+        let archive_key = self.archive_key(task_id);
+        let mut look = true;
+        loop {
+            let reply: Vec<Vec<u8>> = self
+                .run("inspect stage", &claim_key, Replay::Safe, |mut conn| {
+                    let mut invocation = INSPECT.key(&result_key);
+                    invocation
+                        .key(&claim_key)
+                        .key(&archive_key)
+                        .arg(if look { "1" } else { "0" });
+                    async move { invocation.invoke_async(&mut conn).await }
+                })
+                .await?;
+            match read_state(&result_key, &claim_key, &reply)? {
+                Read::State(state) => return Ok(state),
+                Read::Sealed => match self.archived_result(task_id, stage_id).await? {
+                    Some(result) => return Ok(StageState::Done(Box::new(result))),
+                    None => look = false,
+                },
+            }
+        }
+    }
+
+    /// The stage's result in its task's archive, if the task was sealed with it.
+    async fn archived_result(
+        &self,
+        task_id: &str,
+        stage_id: &str,
+    ) -> Result<Option<StageResult>, StoreError> {
+        Ok(self
+            .archive_of(task_id)
+            .await?
+            .and_then(|archive| archive.result(stage_id).cloned()))
     }
 
     async fn release_stage(
@@ -127,18 +177,45 @@ impl RedisStore {
 
     async fn record_result(&self, result: &StageResult) -> Result<StageResult, StoreError> {
         let key = self.stage_key("result", &result.task_id, &result.stage_id);
-        let json = encode(&key, result)?;
+        let stored_form = encode_packed(&key, result)?;
         let journal_key = self.journal_key(&result.task_id, &result.stage_id);
+        let archive_key = self.archive_key(&result.task_id);
         let ttl = millis(self.inner.config.result_ttl);
-        // SET NX makes a replay return the stored result, ours or an earlier one.
-        let stored: Vec<u8> = self
-            .run("record result", &key, Replay::Safe, |mut conn| {
-                let mut invocation = RECORD.key(&key);
-                invocation.key(&journal_key).arg(&json).arg(ttl);
-                async move { invocation.invoke_async(&mut conn).await }
-            })
-            .await?;
-        decode(&key, &stored)
+        let mut look = true;
+        loop {
+            // SET NX makes a replay return the stored result, ours or an earlier one.
+            let reply: Vec<Vec<u8>> = self
+                .run("record result", &key, Replay::Safe, |mut conn| {
+                    let mut invocation = RECORD.key(&key);
+                    invocation
+                        .key(&journal_key)
+                        .key(&archive_key)
+                        .arg(&stored_form)
+                        .arg(ttl)
+                        .arg(if look { "1" } else { "0" });
+                    async move { invocation.invoke_async(&mut conn).await }
+                })
+                .await?;
+            match reply.as_slice() {
+                [tag, stored] if tag == b"stored" => return decode(&key, stored),
+                [tag] if tag == b"sealed" => {
+                    // The first write won before the task was sealed; it is in the archive.
+                    match self
+                        .archived_result(&result.task_id, &result.stage_id)
+                        .await?
+                    {
+                        Some(first) => return Ok(first),
+                        None => look = false,
+                    }
+                }
+                _ => {
+                    return Err(StoreError::Corrupt {
+                        key,
+                        reason: "unexpected reply from the record script".into(),
+                    });
+                }
+            }
+        }
     }
 
     async fn get_result(
@@ -147,40 +224,54 @@ impl RedisStore {
         stage_id: &str,
     ) -> Result<Option<StageResult>, StoreError> {
         let key = self.stage_key("result", task_id, stage_id);
-        let stored: Option<Vec<u8>> = self
+        let archive_key = self.archive_key(task_id);
+        // Both at once: a sealed task's results are in its archive.
+        let (stored, archived): (Option<Vec<u8>>, Option<Vec<u8>>) = self
             .query(
                 "get result",
                 &key,
                 Replay::Safe,
-                redis::cmd("GET").arg(&key),
+                redis::cmd("MGET").arg(&key).arg(&archive_key),
             )
             .await?;
-        stored.map(|bytes| decode(&key, &bytes)).transpose()
+        if let Some(bytes) = stored {
+            return decode(&key, &bytes).map(Some);
+        }
+        match archived {
+            Some(bytes) => Ok(decode::<super::archive::Archive>(&archive_key, &bytes)?
+                .result(stage_id)
+                .cloned()),
+            None => Ok(None),
+        }
     }
+}
+
+/// What [`CLAIM`] or [`INSPECT`] answered.
+enum Read {
+    State(StageState),
+    /// The task is sealed and the stage's result key is gone: look in the archive.
+    Sealed,
 }
 
 /// The reply of [`CLAIM`] or [`INSPECT`]: `acquired`/`free`, `done` with the result, or `held`
 /// with the holder and its claim's remaining milliseconds.
-fn read_state(
-    result_key: &str,
-    claim_key: &str,
-    reply: &[Vec<u8>],
-) -> Result<StageState, StoreError> {
+fn read_state(result_key: &str, claim_key: &str, reply: &[Vec<u8>]) -> Result<Read, StoreError> {
     match reply {
-        [tag] if tag == b"acquired" || tag == b"free" => Ok(StageState::Free),
-        [tag, result] if tag == b"done" => {
-            Ok(StageState::Done(Box::new(decode(result_key, result)?)))
-        }
+        [tag] if tag == b"sealed" => Ok(Read::Sealed),
+        [tag] if tag == b"acquired" || tag == b"free" => Ok(Read::State(StageState::Free)),
+        [tag, result] if tag == b"done" => Ok(Read::State(StageState::Done(Box::new(decode(
+            result_key, result,
+        )?)))),
         [tag, holder, pttl] if tag == b"held" => {
             // PTTL is -1 for a key without expiry (never written so) and -2 for one just gone.
             let ms = String::from_utf8_lossy(pttl)
                 .parse::<i64>()
                 .unwrap_or(0)
                 .max(0);
-            Ok(StageState::Held {
+            Ok(Read::State(StageState::Held {
                 owner: String::from_utf8_lossy(holder).into_owned(),
                 expires_in: Duration::from_millis(ms.unsigned_abs()),
-            })
+            }))
         }
         _ => Err(StoreError::Corrupt {
             key: claim_key.to_owned(),

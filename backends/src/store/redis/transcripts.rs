@@ -12,10 +12,10 @@
 //! before any of this (plain JSON, or a frame of a whole transcript) still read.
 
 use std::collections::HashMap;
-use std::io::Read;
 
 use serde::{Deserialize, Serialize};
 
+use super::packed::{pack, unpack, unpack_text};
 use super::{RedisStore, Replay, decode, encode, millis};
 use crate::BoxFuture;
 use crate::store::{StoreError, content_hash};
@@ -28,9 +28,13 @@ pub const SHARED_MIN_BYTES: usize = 1024;
 
 /// What a transcript key holds: the transcript with its long texts emptied, and where each goes.
 #[derive(Debug, Serialize, Deserialize)]
-struct Stored {
-    transcript: Transcript,
+pub(super) struct Stored {
+    pub transcript: Transcript,
     shared: Vec<SharedText>,
+    /// The hash of the shared text holding `tools_offered` as JSON, when it was long enough to
+    /// share: every attempt of a stage kind offers the same tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tools: Option<String>,
 }
 
 /// A long text taken out of a transcript: its place and its content hash.
@@ -102,9 +106,16 @@ fn denormalise(shared: &str, boundaries: &[[usize; 2]], tokens: &[String]) -> St
     out
 }
 
-/// Every long text of `transcript`, moved out and replaced by an empty string: the references
-/// and the texts by hash.
-fn take_shared(transcript: &mut Transcript) -> (Vec<SharedText>, HashMap<String, String>) {
+/// What [`take_shared`] moved out of a transcript.
+struct Taken {
+    refs: Vec<SharedText>,
+    texts: HashMap<String, String>,
+    tools: Option<String>,
+}
+
+/// Every long text of `transcript`, moved out and replaced by an empty string, and its tools
+/// offered, when long: the references and the texts by hash.
+fn take_shared(transcript: &mut Transcript) -> Taken {
     let mut refs = Vec::new();
     let mut texts = HashMap::new();
     let tokens = transcript.boundary_tokens.clone();
@@ -132,17 +143,35 @@ fn take_shared(transcript: &mut Transcript) -> (Vec<SharedText>, HashMap<String,
             _ => {}
         }
     }
-    (refs, texts)
+    let mut tools = None;
+    if !transcript.tools_offered.is_empty() {
+        // serde_json of our own types cannot fail; an empty text would only stay inline.
+        let json = serde_json::to_string(&transcript.tools_offered).unwrap_or_default();
+        if json.len() >= SHARED_MIN_BYTES {
+            let hash = content_hash(json.as_bytes());
+            texts.insert(hash.clone(), json);
+            transcript.tools_offered.clear();
+            tools = Some(hash);
+        }
+    }
+    Taken { refs, texts, tools }
 }
 
 /// Puts the shared texts back; one that is gone (it cannot outlive a transcript that names it,
 /// unless removed by hand) reads as a note saying so.
-fn restore_shared(
-    transcript: &mut Transcript,
-    refs: &[SharedText],
-    texts: &HashMap<String, String>,
-) {
-    for r in refs {
+fn restore_shared(stored: &mut Stored, texts: &HashMap<String, String>) {
+    let Stored {
+        transcript,
+        shared: refs,
+        tools,
+    } = stored;
+    if let Some(hash) = tools {
+        // Gone or unreadable, the tools are left out; the rest of the transcript still reads.
+        if let Some(json) = texts.get(hash.as_str()) {
+            transcript.tools_offered = serde_json::from_str(json).unwrap_or_default();
+        }
+    }
+    for r in refs.iter() {
         let text = texts.get(&r.hash).map_or_else(
             || format!("[shared text {} is no longer stored]", r.hash),
             |shared| denormalise(shared, &r.boundaries, &transcript.boundary_tokens),
@@ -171,7 +200,11 @@ impl RedisStore {
         let index = self.key("transcripts", &transcript.task_id);
         let ttl = millis(self.inner.config.transcript_ttl);
         let mut transcript = transcript;
-        let (shared, texts) = take_shared(&mut transcript);
+        let Taken {
+            refs: shared,
+            texts,
+            tools,
+        } = take_shared(&mut transcript);
         if !texts.is_empty() {
             // Written before the transcript that names them, one key each (different tasks'
             // transcripts share them, so they are not in the transcript's transaction); a text
@@ -182,7 +215,7 @@ impl RedisStore {
                 texts_pipe
                     .cmd("SET")
                     .arg(&text_key)
-                    .arg(compress(&text_key, text.as_bytes())?)
+                    .arg(pack(&text_key, text.as_bytes())?)
                     .arg("PX")
                     .arg(ttl)
                     .ignore();
@@ -195,8 +228,15 @@ impl RedisStore {
             )
             .await?;
         }
-        let json = encode(&key, &Stored { transcript, shared })?;
-        let stored = compress(&key, json.as_bytes())?;
+        let json = encode(
+            &key,
+            &Stored {
+                transcript,
+                shared,
+                tools,
+            },
+        )?;
+        let stored = pack(&key, json.as_bytes())?;
         let mut pipe = redis::pipe();
         pipe.atomic()
             .cmd("SET")
@@ -218,35 +258,51 @@ impl RedisStore {
     }
 
     /// The stored transcripts of a task, oldest attempt first; expired ones are simply absent.
+    /// A sealed task's are in its archive, and any written since beside it.
     pub async fn transcripts_of(&self, task_id: &str) -> Result<Vec<Transcript>, StoreError> {
         let index = self.key("transcripts", task_id);
-        let keys: Vec<String> = self
-            .query(
-                "list transcripts",
-                &index,
-                Replay::Safe,
-                redis::cmd("SMEMBERS").arg(&index),
-            )
+        let archive_key = self.archive_key(task_id);
+        let mut pipe = redis::pipe();
+        pipe.cmd("SMEMBERS")
+            .arg(&index)
+            .cmd("GET")
+            .arg(&archive_key);
+        let (keys, archived): (Vec<String>, Option<Vec<u8>>) = self
+            .query_pipeline("list transcripts", &index, Replay::Safe, &pipe)
             .await?;
-        if keys.is_empty() {
+        let mut read: Vec<Stored> = match archived {
+            Some(bytes) => decode::<super::archive::Archive>(&archive_key, &bytes)?.transcripts,
+            None => Vec::new(),
+        };
+        if !keys.is_empty() {
+            let stored: Vec<Option<Vec<u8>>> = self
+                .query(
+                    "get transcripts",
+                    &index,
+                    Replay::Safe,
+                    redis::cmd("MGET").arg(&keys),
+                )
+                .await?;
+            for (key, bytes) in keys.iter().zip(stored) {
+                if let Some(bytes) = bytes {
+                    let later = decompress(key, &bytes)?;
+                    // One written since sealing replaces the sealed copy of its attempt.
+                    read.retain(|s| !crate::store::same_attempt(&s.transcript, &later.transcript));
+                    read.push(later);
+                }
+            }
+        }
+        if read.is_empty() {
             return Ok(Vec::new());
         }
-        let stored: Vec<Option<Vec<u8>>> = self
-            .query(
-                "get transcripts",
-                &index,
-                Replay::Safe,
-                redis::cmd("MGET").arg(&keys),
-            )
-            .await?;
-        let read = keys
-            .iter()
-            .zip(stored)
-            .filter_map(|(key, bytes)| bytes.map(|b| decompress(key, &b)))
-            .collect::<Result<Vec<_>, _>>()?;
         let hashes: Vec<String> = read
             .iter()
-            .flat_map(|s| s.shared.iter().map(|r| r.hash.clone()))
+            .flat_map(|s| {
+                s.shared
+                    .iter()
+                    .map(|r| r.hash.clone())
+                    .chain(s.tools.clone())
+            })
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .collect();
@@ -263,20 +319,14 @@ impl RedisStore {
                 .await?;
             for ((hash, key), bytes) in hashes.iter().zip(&text_keys).zip(stored) {
                 if let Some(bytes) = bytes {
-                    let text = String::from_utf8(decompress_bytes(key, &bytes)?).map_err(|e| {
-                        StoreError::Corrupt {
-                            key: key.clone(),
-                            reason: format!("not UTF-8: {e}"),
-                        }
-                    })?;
-                    texts.insert(hash.clone(), text);
+                    texts.insert(hash.clone(), unpack_text(key, &bytes)?);
                 }
             }
         }
         let mut transcripts: Vec<Transcript> = read
             .into_iter()
             .map(|mut s| {
-                restore_shared(&mut s.transcript, &s.shared, &texts);
+                restore_shared(&mut s, &texts);
                 s.transcript
             })
             .collect();
@@ -285,60 +335,18 @@ impl RedisStore {
     }
 }
 
-/// zstd's own level default: within a few per cent of level 19's size on transcripts, at a
-/// fraction of its CPU.
-const LEVEL: i32 = 3;
-
-/// The largest transcript read back, decompressed. A stored transcript is bounded by the
-/// broker's message size many times over; a frame that expands past this is corrupt.
-const MAX_TRANSCRIPT_BYTES: u64 = 256 * 1024 * 1024;
-
-/// The first bytes of every zstd frame; JSON never starts with them.
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-
-fn compress(key: &str, json: &[u8]) -> Result<Vec<u8>, StoreError> {
-    zstd::bulk::compress(json, LEVEL).map_err(|e| StoreError::Corrupt {
-        key: key.to_owned(),
-        reason: format!("cannot compress: {e}"),
-    })
-}
-
-/// A stored transcript: a zstd frame of a [`Stored`] or (before shared texts) of a transcript,
-/// or (before compression) a transcript's JSON.
-fn decompress(key: &str, stored: &[u8]) -> Result<Stored, StoreError> {
-    let json = if stored.starts_with(&ZSTD_MAGIC) {
-        decompress_bytes(key, stored)?
-    } else {
-        stored.to_vec()
-    };
+/// A stored transcript: a packed [`Stored`] or (before shared texts) transcript, or (before
+/// compression) a transcript's JSON.
+pub(super) fn decompress(key: &str, stored: &[u8]) -> Result<Stored, StoreError> {
+    let json = unpack(key, stored)?;
     match decode::<Stored>(key, &json) {
         Ok(s) => Ok(s),
         Err(_) => Ok(Stored {
             transcript: decode(key, &json)?,
             shared: Vec::new(),
+            tools: None,
         }),
     }
-}
-
-/// The bytes of one zstd frame, bounded by [`MAX_TRANSCRIPT_BYTES`].
-fn decompress_bytes(key: &str, stored: &[u8]) -> Result<Vec<u8>, StoreError> {
-    let corrupt = |reason: String| StoreError::Corrupt {
-        key: key.to_owned(),
-        reason,
-    };
-    let decoder = zstd::stream::read::Decoder::new(stored)
-        .map_err(|e| corrupt(format!("not a zstd frame: {e}")))?;
-    let mut json = Vec::new();
-    decoder
-        .take(MAX_TRANSCRIPT_BYTES + 1)
-        .read_to_end(&mut json)
-        .map_err(|e| corrupt(format!("cannot decompress: {e}")))?;
-    if json.len() as u64 > MAX_TRANSCRIPT_BYTES {
-        return Err(corrupt(format!(
-            "decompresses to more than {MAX_TRANSCRIPT_BYTES} bytes"
-        )));
-    }
-    Ok(json)
 }
 
 impl TranscriptStore for RedisStore {
