@@ -1,6 +1,8 @@
 //! Content-addressed stage inputs on Redis: large inputs (diffs) are stored once under their
-//! SHA-256 with a TTL and fetched by every stage that references them.
+//! SHA-256 (of the content, not of the packed form) with a TTL, packed, and fetched by every
+//! stage that references them.
 
+use super::packed::{pack, unpack};
 use super::{RedisStore, Replay, millis};
 use crate::BoxFuture;
 use crate::store::{InputError, InputStore, content_hash};
@@ -8,14 +10,22 @@ use crate::store::{InputError, InputStore, content_hash};
 impl RedisStore {
     async fn get_input(&self, sha256: &str) -> Result<Option<Vec<u8>>, InputError> {
         let key = self.key("input", sha256);
-        self.query("get input", &key, Replay::Safe, redis::cmd("GET").arg(&key))
+        let stored: Option<Vec<u8>> = self
+            .query("get input", &key, Replay::Safe, redis::cmd("GET").arg(&key))
             .await
-            .map_err(|e| InputError::Unavailable(e.to_string()))
+            .map_err(|e| InputError::Unavailable(e.to_string()))?;
+        // A frame that does not unpack is handed on as stored: it does not match its hash, so
+        // the caller reports it corrupt, naming the input (not an outage to retry).
+        Ok(stored.map(|bytes| match unpack(&key, &bytes) {
+            Ok(content) => content.into_owned(),
+            Err(_) => bytes,
+        }))
     }
 
     async fn put_input(&self, bytes: &[u8]) -> Result<String, InputError> {
         let sha256 = content_hash(bytes);
         let key = self.key("input", &sha256);
+        let packed = pack(&key, bytes).map_err(|e| InputError::Unavailable(e.to_string()))?;
         // Storing the same content again only renews its TTL: a new task referencing it keeps
         // it alive for the full retention period.
         let () = self
@@ -25,7 +35,7 @@ impl RedisStore {
                 Replay::Safe,
                 redis::cmd("SET")
                     .arg(&key)
-                    .arg(bytes)
+                    .arg(&packed)
                     .arg("PX")
                     .arg(millis(self.inner.config.input_ttl)),
             )

@@ -2,9 +2,9 @@
 //! per-task index so they can be read back without scanning the keyspace.
 //!
 //! Most of a transcript is text other transcripts hold too: the system prompt (stage policy and
-//! output contract) of every attempt of a stage kind, the diff every stage of a task is shown, a
-//! file two attempts read. Every message and tool output of at least [`SHARED_MIN_BYTES`] is
-//! therefore stored once, by content hash (`text:{sha256}`, a zstd frame, its TTL renewed by each
+//! output contract) of every attempt of a stage kind, the tools offered, a file two attempts
+//! read. Every system or tool message and tool output of at least [`SHARED_MIN_BYTES`], and a
+//! tool list as long, is therefore stored once, by content hash (`text:{sha256}`, a zstd frame, its TTL renewed by each
 //! transcript that uses it), and the transcript keeps a reference; the transcript itself is a
 //! zstd frame of its JSON. Before hashing, each of the attempt's random boundary tokens (P7) in a
 //! text is replaced by a placeholder and its place noted in the reference: otherwise every
@@ -20,6 +20,7 @@ use super::{RedisStore, Replay, decode, encode, millis};
 use crate::BoxFuture;
 use crate::store::{StoreError, content_hash};
 use crate::store::{TranscriptError, TranscriptStore};
+use verdict_proto::chat::Role;
 use verdict_proto::transcript::{Transcript, TranscriptEntry};
 
 /// Texts this long or longer are stored once by content hash; shorter ones stay inline, where a
@@ -136,7 +137,13 @@ fn take_shared(transcript: &mut Transcript) -> Taken {
         match entry {
             TranscriptEntry::Call { new_messages, .. } => {
                 for (m, message) in new_messages.iter_mut().enumerate() {
-                    take(&mut message.content, i, Some(m));
+                    // What other tasks show too: the system prompt (policy and contract) and
+                    // the files tools read. A user message is the task's own material (its
+                    // diff, an invalid answer to repair): shared with nothing, it is cheaper in
+                    // the transcript, where sealing compresses it with the task's other texts.
+                    if matches!(message.role, Role::System | Role::Tool) {
+                        take(&mut message.content, i, Some(m));
+                    }
                 }
             }
             TranscriptEntry::ToolCall { output, .. } => take(output, i, None),
