@@ -226,6 +226,9 @@ async fn keys_by_kind(
     }
 }
 
+/// A hash or stream entry's field and value.
+type Field = (Vec<u8>, Vec<u8>);
+
 /// Every key of the prefix naming `task`, and every shared text, into `dir`, one file each: a
 /// string as stored, a hash or stream as its fields and values, a set as its members.
 async fn dump(conn: &mut redis::aio::MultiplexedConnection, prefix: &str, task: &str, dir: &Path) {
@@ -267,7 +270,7 @@ async fn dump(conn: &mut redis::aio::MultiplexedConnection, prefix: &str, task: 
                 members.join(&b'\n')
             }
             "stream" => {
-                let entries: Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)> = redis::cmd("XRANGE")
+                let entries: Vec<(String, Vec<Field>)> = redis::cmd("XRANGE")
                     .arg(&key)
                     .arg("-")
                     .arg("+")
