@@ -365,6 +365,14 @@ fn markdown(report: &Value) -> String {
         report["keys_without_ttl"],
     ));
     md.push_str(&format!(
+        "Per review: {:.1} provider calls, {:.1} stage requests published and {:.1} results consumed on the broker; CPU {:.1} ms in the scheduler and {:.1} ms in the worker (both processes, the whole run, divided by the reviews).\n\n",
+        report["provider_calls_per_review"].as_f64().unwrap(),
+        report["stage_requests_per_review"].as_f64().unwrap(),
+        report["results_per_review"].as_f64().unwrap(),
+        report["scheduler_cpu_ms_per_review"].as_f64().unwrap(),
+        report["worker_cpu_ms_per_review"].as_f64().unwrap(),
+    ));
+    md.push_str(&format!(
         "Redis `used_memory` grew by {:.0} bytes per review; {:.1} Redis commands per review ({}).\n",
         report["used_memory_growth_per_review"].as_f64().unwrap(),
         report["commands_per_review"].as_f64().unwrap(),
@@ -410,6 +418,9 @@ fn main() {
         let memory_before = used_memory(&mut conn).await;
         let commands_before = command_counts(&mut conn).await;
         let seen = env.llm.request_count();
+        let cpu_before = (pool.scheduler.cpu(), pool.workers[0].cpu());
+        let dispatched_before = pool.scheduler_metric("verdict_stage_dispatches_total").await;
+        let results_before = pool.scheduler_metric("verdict_stage_results_total").await;
         let ids = if args.distinct {
             pool.submit_heads(&env.distinct_heads(args.reviews)).await
         } else {
@@ -426,6 +437,14 @@ fn main() {
         // moment after retiring it: wait for the archives (or a minute), then a moment more.
         let sealed = await_archives(&mut conn, &prefix, args.reviews, Duration::from_secs(60)).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
+        let cpu = (
+            pool.scheduler.cpu() - cpu_before.0,
+            pool.workers[0].cpu() - cpu_before.1,
+        );
+        // Every stage request the scheduler published and every result it consumed: the
+        // broker messages a review costs (besides deferrals and dead letters, counted apart).
+        let dispatched = pool.scheduler_metric("verdict_stage_dispatches_total").await - dispatched_before;
+        let results = pool.scheduler_metric("verdict_stage_results_total").await - results_before;
         let commands_after = command_counts(&mut conn).await;
         let memory_after = used_memory(&mut conn).await;
         let kinds = keys_by_kind(&mut conn, &prefix).await;
@@ -463,6 +482,11 @@ fn main() {
             "response_cache": args.response_cache,
             "distinct": args.distinct,
             "provider_calls": calls,
+            "provider_calls_per_review": calls as f64 / n,
+            "stage_requests_per_review": dispatched / n,
+            "results_per_review": results / n,
+            "scheduler_cpu_ms_per_review": cpu.0.as_secs_f64() * 1000.0 / n,
+            "worker_cpu_ms_per_review": cpu.1.as_secs_f64() * 1000.0 / n,
             "stages_per_review": docs.first().map_or(0, |d| d.stages.len()),
             "messages_left": left,
             "sealed": sealed,

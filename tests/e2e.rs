@@ -216,8 +216,11 @@ fn happy(fake: &FakeProvider) {
     scenario::script_valid_answers(fake);
 }
 
+/// A multi-stage review across processes; once retired, its records are sealed into one key
+/// (issue 14) and read back in full: every stage's transcript through the API and the CLI, its
+/// events replayed to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_multi_stage_review_completes_across_processes() {
+async fn a_multi_stage_review_completes_across_processes_and_reads_back_sealed() {
     let pool = pool(happy).await;
     let doc = review(&pool, "multi").await;
     assert_eq!(doc.state, TaskState::Completed, "{doc:#?}");
@@ -227,6 +230,97 @@ async fn a_multi_stage_review_completes_across_processes() {
         stages,
         ["triage", "summary", "reviewer-1", "reviewer-2", "validator"]
     );
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let sealed = "verdict_tasks_sealed_total{outcome=\"sealed\"}";
+    while scheduler_metric(&pool, sealed).await < 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the task was not sealed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut raw = redis::Client::open("redis://127.0.0.1:6379/")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let prefix = &pool.isolation.redis_prefix;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*{}*", doc.id))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let mut kinds: Vec<&str> = keys
+        .iter()
+        .map(|k| {
+            k.trim_start_matches(prefix.as_str())
+                .split(':')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["archive", "doc"], "{keys:?}");
+
+    let read = pool.client.transcripts(&doc.id, None).await.unwrap();
+    for stage in &stages {
+        let of_stage: Vec<_> = read
+            .transcripts
+            .iter()
+            .filter(|t| t.stage_id == *stage)
+            .collect();
+        assert!(!of_stage.is_empty(), "no transcript of {stage}");
+        for t in of_stage {
+            let texts: Vec<&str> = t
+                .entries
+                .iter()
+                .filter_map(|e| match e {
+                    verdict_proto::transcript::TranscriptEntry::Call { new_messages, .. } => {
+                        Some(new_messages.iter().map(|m| m.content.as_str()))
+                    }
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            let system = texts.first().copied().unwrap_or_default();
+            assert!(system.len() > 1024, "{stage}: the system prompt in full");
+            for text in &texts {
+                assert!(
+                    !text.contains('\u{ab}') && !text.starts_with("[shared text"),
+                    "{stage}: a text restored: {text}"
+                );
+            }
+            let token = t.boundary_tokens.first().expect("the attempt's token");
+            assert!(
+                texts.iter().any(|text| text.contains(token.as_str())),
+                "{stage}: the boundary token put back"
+            );
+        }
+    }
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["transcript", &doc.id])
+        .env("VERDICT_SERVER", &pool.scheduler_url)
+        .env("VERDICT_API_TOKEN", TOKEN)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for stage in &stages {
+        assert!(
+            text.contains(&format!("stage {stage} (")),
+            "{stage} in\n{text}"
+        );
+    }
+    assert!(text.contains("[system]") && text.contains("[raw response]"));
+    // The events, now in the archive, replay to the end.
+    assert_eq!(finish(&pool, &doc.id).await.state, TaskState::Completed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -740,6 +834,9 @@ async fn one_tasks_spans_from_the_scheduler_and_the_workers_form_one_trace() {
             count("task") == 1
                 && count("apply_result") >= stages
                 && count("stage") >= stages
+                // A stage's delivery span ends after its stage span (the result is recorded
+                // and acknowledged after the stage), so it may arrive later.
+                && count("consume_stage") >= stages
                 && count("repair_round") >= 1
                 && count("tool_call") >= 1
         })

@@ -273,6 +273,11 @@ impl Pool {
 
     /// `verdict_tasks_total` summed, from the scheduler's `/metrics`.
     pub async fn finished_count(&self) -> u64 {
+        self.scheduler_metric("verdict_tasks_total").await as u64
+    }
+
+    /// Every series of the scheduler's metric `name` summed, from its `/metrics`.
+    pub async fn scheduler_metric(&self, name: &str) -> f64 {
         let api = self.scheduler.line.trim().rsplit(' ').next().unwrap();
         let body = reqwest::get(format!("{api}/metrics"))
             .await
@@ -281,9 +286,12 @@ impl Pool {
             .await
             .unwrap();
         body.lines()
-            .filter(|l| l.starts_with("verdict_tasks_total{"))
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
+            .sum::<f64>()
     }
 
     /// Waits until `n` stage requests wait in the interactive queue.
