@@ -335,6 +335,8 @@ fn redis_config(config: &Config) -> RedisConfig {
     c.result_ttl = config.redis.result_ttl;
     c.transcript_ttl = config.redis.transcript_ttl;
     c.event_ttl = config.redis.event_ttl;
+    c.document_ttl = Some(config.redis.record_ttl);
+    c.input_ttl = config.redis.input_ttl;
     c
 }
 

@@ -57,6 +57,8 @@ pub(super) const REDIS_URL: &str = "redis://127.0.0.1:6379/";
 pub(super) const REDIS_PREFIX: &str = "verdict:";
 pub(super) const RESULT_TTL_SECONDS: i64 = 7 * 24 * 3600;
 pub(super) const TRANSCRIPT_TTL_SECONDS: i64 = 14 * 24 * 3600;
+pub(super) const RECORD_TTL_SECONDS: i64 = 30 * 24 * 3600;
+pub(super) const INPUT_TTL_SECONDS: i64 = 7 * 24 * 3600;
 pub(super) const EVENT_TTL_SECONDS: i64 = 14 * 24 * 3600;
 
 pub(super) const API_LISTEN: &str = "127.0.0.1:8080";

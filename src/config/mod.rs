@@ -137,6 +137,10 @@ pub struct RedisConfig {
     pub result_ttl: Duration,
     pub transcript_ttl: Duration,
     pub event_ttl: Duration,
+    /// Task and batch records, from their last change.
+    pub record_ttl: Duration,
+    /// Content-addressed stage inputs (a review's diff pieces), from their last write.
+    pub input_ttl: Duration,
 }
 
 impl RedisConfig {
@@ -154,6 +158,8 @@ impl fmt::Debug for RedisConfig {
             .field("result_ttl", &self.result_ttl)
             .field("transcript_ttl", &self.transcript_ttl)
             .field("event_ttl", &self.event_ttl)
+            .field("record_ttl", &self.record_ttl)
+            .field("input_ttl", &self.input_ttl)
             .finish()
     }
 }

@@ -131,6 +131,8 @@ table! {
         result_ttl_seconds: Int,
         transcript_ttl_seconds: Int,
         event_ttl_seconds: Int,
+        record_ttl_seconds: Int,
+        input_ttl_seconds: Int,
     }
 }
 

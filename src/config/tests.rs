@@ -66,6 +66,8 @@ fn defaults() {
     assert_eq!(c.redis.result_ttl, Duration::from_secs(604_800));
     assert_eq!(c.redis.transcript_ttl, Duration::from_secs(1_209_600));
     assert_eq!(c.redis.event_ttl, Duration::from_secs(1_209_600));
+    assert_eq!(c.redis.record_ttl, Duration::from_secs(2_592_000));
+    assert_eq!(c.redis.input_ttl, Duration::from_secs(604_800));
     assert_eq!(c.api.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(
         c.api.token_source,
@@ -291,6 +293,14 @@ fn every_validation_error_names_its_key() {
         (
             "[redis]\ntranscript_ttl_seconds = 0",
             "config key redis.transcript_ttl_seconds = 0 is too small",
+        ),
+        (
+            "[redis]\nrecord_ttl_seconds = 0",
+            "config key redis.record_ttl_seconds = 0 is too small",
+        ),
+        (
+            "[redis]\ninput_ttl_seconds = -1",
+            "config key redis.input_ttl_seconds = -1 is too small",
         ),
         (
             "[redis]\nevent_ttl_seconds = -5",

@@ -712,6 +712,18 @@ fn redis(raw: raw::RawRedis, ctx: &Ctx<'_>) -> Result<RedisConfig, ConfigError> 
             d::EVENT_TTL_SECONDS,
             1,
         )?,
+        record_ttl: ctx.seconds(
+            "redis.record_ttl_seconds",
+            raw.record_ttl_seconds,
+            d::RECORD_TTL_SECONDS,
+            1,
+        )?,
+        input_ttl: ctx.seconds(
+            "redis.input_ttl_seconds",
+            raw.input_ttl_seconds,
+            d::INPUT_TTL_SECONDS,
+            1,
+        )?,
     })
 }
 

@@ -24,7 +24,7 @@
 //! | `P cancel` | pub/sub channel, payload: task id | — |
 //! | `P doc:{key}` | hash `v` (version), `body` (packed) | `document_ttl`, renewed on write |
 //! | `P set:{name}` | set | none |
-//! | `P input:{sha256}` | string: bytes | `input_ttl` |
+//! | `P input:{sha256}` | string: packed bytes | `input_ttl` |
 //! | `P journal:{task}:{stage}` | hash: a field per call (`provider/sha256`), JSON `ChatResponse`; deleted when the stage's result is recorded | `journal_ttl`, renewed by each call |
 //! | `P cache:{cache key}` | string: packed JSON `CachedAnswer` | `response_cache_ttl` |
 //! | `P archive:{task}` | string: zstd frame of a sealed task's results, transcripts (long texts as references) and events with their stream ids; those keys deleted | the longest of `result_ttl`, `transcript_ttl`, `event_ttl` |
