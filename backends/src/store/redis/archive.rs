@@ -39,6 +39,11 @@ pub(super) struct ArchivedEvent {
 }
 
 impl Archive {
+    /// The archive stored at `key`; none stored reads as an empty one (a task not sealed).
+    pub fn read(key: &str, stored: Option<&[u8]>) -> Result<Archive, StoreError> {
+        stored.map_or_else(|| Ok(Archive::default()), |bytes| decode(key, bytes))
+    }
+
     pub fn result(&self, stage_id: &str) -> Option<&StageResult> {
         self.results.iter().find(|r| r.stage_id == stage_id)
     }
@@ -102,8 +107,8 @@ impl RedisStore {
         self.key("archive", task_id)
     }
 
-    /// The task's archive, if it was sealed.
-    pub(super) async fn archive_of(&self, task_id: &str) -> Result<Option<Archive>, StoreError> {
+    /// The task's archive (empty if it was not sealed).
+    pub(super) async fn archive_of(&self, task_id: &str) -> Result<Archive, StoreError> {
         let key = self.archive_key(task_id);
         let stored: Option<Vec<u8>> = self
             .query(
@@ -113,10 +118,23 @@ impl RedisStore {
                 redis::cmd("GET").arg(&key),
             )
             .await?;
-        stored.map(|bytes| decode(&key, &bytes)).transpose()
+        Archive::read(&key, stored.as_deref())
     }
 
     async fn seal_task(&self, task_id: &str, stage_ids: &[String]) -> Result<Sealing, StoreError> {
+        match self.gather(task_id, stage_ids).await? {
+            Some(gathered) => self.commit(&gathered).await,
+            None => Ok(Sealing::Nothing),
+        }
+    }
+
+    /// Reads what sealing task `task_id` would gather, and the new archive; `None` when there
+    /// is nothing, sealed or not.
+    async fn gather(
+        &self,
+        task_id: &str,
+        stage_ids: &[String],
+    ) -> Result<Option<Gathered>, StoreError> {
         let archive_key = self.archive_key(task_id);
         let index = self.key("transcripts", task_id);
         let events_key = self.key("events", task_id);
@@ -132,10 +150,7 @@ impl RedisStore {
         let (members, events, existing): (Vec<String>, StreamRangeReply, Option<Vec<u8>>) = self
             .query_pipeline("read a task to seal", &archive_key, Replay::Safe, &read)
             .await?;
-        let mut archive: Archive = match &existing {
-            Some(bytes) => decode(&archive_key, bytes)?,
-            None => Archive::default(),
-        };
+        let mut archive = Archive::read(&archive_key, existing.as_deref())?;
         let result_keys: Vec<String> = stage_ids
             .iter()
             .map(|stage| self.stage_key("result", task_id, stage))
@@ -178,12 +193,8 @@ impl RedisStore {
                     event: e.event,
                 }),
         );
-        if gathered.is_empty() && event_count == 0 {
-            return Ok(if existing.is_some() {
-                Sealing::Sealed
-            } else {
-                Sealing::Nothing
-            });
+        if gathered.is_empty() && event_count == 0 && existing.is_none() {
+            return Ok(None);
         }
         let json = encode(&archive_key, &archive)?;
         let packed = packed::pack_at(&archive_key, json.as_bytes(), ARCHIVE_LEVEL)?;
@@ -195,21 +206,39 @@ impl RedisStore {
                 .max(config.transcript_ttl)
                 .max(config.event_ttl),
         );
-        let existing_len = existing.as_ref().map_or(0, Vec::len);
+        Ok(Some(Gathered {
+            archive_key,
+            index,
+            events_key,
+            keys: gathered,
+            packed,
+            ttl,
+            index_len: members.len(),
+            event_count,
+            last_event,
+            existing_len: existing.as_ref().map_or(0, Vec::len),
+        }))
+    }
+
+    /// Writes the archive and deletes what was gathered, unless any of it changed since.
+    async fn commit(&self, g: &Gathered) -> Result<Sealing, StoreError> {
+        if g.keys.is_empty() && g.event_count == 0 {
+            return Ok(Sealing::Sealed); // sealed before, and nothing written since
+        }
         let sealed: i64 = self
-            .run("seal task", &archive_key, Replay::Safe, |mut conn| {
-                let mut invocation = SEAL.key(&archive_key);
-                invocation.key(&index).key(&events_key);
-                for key in &gathered {
+            .run("seal task", &g.archive_key, Replay::Safe, |mut conn| {
+                let mut invocation = SEAL.key(&g.archive_key);
+                invocation.key(&g.index).key(&g.events_key);
+                for key in &g.keys {
                     invocation.key(key);
                 }
                 invocation
-                    .arg(&packed)
-                    .arg(ttl)
-                    .arg(members.len())
-                    .arg(event_count)
-                    .arg(&last_event)
-                    .arg(existing_len);
+                    .arg(&g.packed)
+                    .arg(g.ttl)
+                    .arg(g.index_len)
+                    .arg(g.event_count)
+                    .arg(&g.last_event)
+                    .arg(g.existing_len);
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;
@@ -219,6 +248,21 @@ impl RedisStore {
             Sealing::Changed
         })
     }
+}
+
+/// What [`RedisStore::gather`] read, with the archive to write: [`SEAL`]'s keys and arguments.
+struct Gathered {
+    archive_key: String,
+    index: String,
+    events_key: String,
+    /// The result and transcript keys read, to delete.
+    keys: Vec<String>,
+    packed: Vec<u8>,
+    ttl: u64,
+    index_len: usize,
+    event_count: usize,
+    last_event: String,
+    existing_len: usize,
 }
 
 impl TaskArchive for RedisStore {
@@ -234,6 +278,45 @@ impl TaskArchive for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::store::{EventLog, event};
+    use verdict_proto::wire::EventType;
+
+    /// A store on the shared Redis under a prefix of its own; its keys purged by the caller.
+    async fn store() -> RedisStore {
+        let mut config = super::super::RedisConfig::new("redis://127.0.0.1:6379/");
+        config.prefix = format!("test:{:016x}:", rand::random::<u64>());
+        RedisStore::connect(config).await.unwrap()
+    }
+
+    /// Nothing is lost to sealing: what is written between reading a task and committing its
+    /// archive makes the commit change nothing, and the next seal gathers it.
+    #[tokio::test]
+    async fn a_write_while_sealing_leaves_the_task_as_it_was() {
+        let store = store().await;
+        let first = event("t", None, 1, EventType::TaskStarted, "one");
+        store.append(&first).await.unwrap();
+        let gathered = store.gather("t", &[]).await.unwrap().unwrap();
+        let late = event("t", None, 2, EventType::TaskFinished, "two");
+        store.append(&late).await.unwrap();
+        assert_eq!(store.commit(&gathered).await.unwrap(), Sealing::Changed);
+        let read = |store: &RedisStore| {
+            let store = store.clone();
+            async move {
+                store
+                    .read("t", None, std::time::Duration::ZERO)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|e| e.event.message)
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(read(&store).await, ["one", "two"], "nothing deleted");
+        assert_eq!(store.seal("t", &[]).await.unwrap(), Sealing::Sealed);
+        assert_eq!(read(&store).await, ["one", "two"], "both sealed");
+        store.purge().await.unwrap();
+    }
 
     #[test]
     fn stream_positions_order_as_redis_orders_them() {

@@ -7,6 +7,7 @@ use redis::Value;
 use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
 use verdict_proto::wire::ProgressEvent;
 
+use super::archive::Archive;
 use super::{Failure, RedisStore, Replay, decode, encode, millis};
 use crate::BoxFuture;
 use crate::store::EventSink;
@@ -85,12 +86,7 @@ impl RedisStore {
         let (range, archived): (StreamRangeReply, Option<Vec<u8>>) = self
             .query_pipeline("read events", &key, Replay::Safe, &pipe)
             .await?;
-        let mut events = match archived {
-            Some(bytes) => {
-                decode::<super::archive::Archive>(&archive_key, &bytes)?.events_after(after)
-            }
-            None => Vec::new(),
-        };
+        let mut events = Archive::read(&archive_key, archived.as_deref())?.events_after(after);
         events.extend(decode_entries(&key, range.ids)?);
         if !events.is_empty() || wait.is_zero() {
             return Ok(events);

@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::Script;
 use verdict_proto::wire::StageResult;
 
+use super::archive::Archive;
 use super::{RedisStore, Replay, decode, encode_packed, millis};
 use crate::BoxFuture;
 use crate::store::{Claim, ResultStore, StageState, StoreError};
@@ -91,59 +92,75 @@ impl RedisStore {
         let claim_key = self.stage_key("claim", task_id, stage_id);
         let archive_key = self.archive_key(task_id);
         let ttl = millis(ttl);
-        let mut look = true;
-        loop {
-            // Renewing our own claim twice is harmless, so a lost reply may be retried.
-            let reply: Vec<Vec<u8>> = self
-                .run("claim stage", &claim_key, Replay::Safe, |mut conn| {
-                    let mut invocation = CLAIM.key(&result_key);
+        // Renewing our own claim twice is harmless, so a lost reply may be retried.
+        let state = self
+            .decide_stage(task_id, stage_id, &result_key, &claim_key, |look| {
+                let keys = (&result_key, &claim_key, &archive_key);
+                self.run("claim stage", &claim_key, Replay::Safe, move |mut conn| {
+                    let mut invocation = CLAIM.key(keys.0);
                     invocation
-                        .key(&claim_key)
-                        .key(&archive_key)
+                        .key(keys.1)
+                        .key(keys.2)
                         .arg(owner)
                         .arg(ttl)
-                        .arg(if look { "1" } else { "0" });
+                        .arg(look_arg(look));
                     async move { invocation.invoke_async(&mut conn).await }
                 })
-                .await?;
-            match read_state(&result_key, &claim_key, &reply)? {
-                Read::State(StageState::Done(result)) => return Ok(Claim::Done(result)),
-                Read::State(StageState::Held { owner, expires_in }) => {
-                    return Ok(Claim::HeldBy { owner, expires_in });
-                }
-                Read::State(StageState::Free) => return Ok(Claim::Acquired),
-                Read::Sealed => match self.archived_result(task_id, stage_id).await? {
-                    Some(result) => return Ok(Claim::Done(Box::new(result))),
-                    None => look = false,
-                },
-            }
-        }
+            })
+            .await?;
+        Ok(match state {
+            StageState::Done(result) => Claim::Done(result),
+            StageState::Held { owner, expires_in } => Claim::HeldBy { owner, expires_in },
+            StageState::Free => Claim::Acquired,
+        })
     }
 
     async fn inspect_stage(&self, task_id: &str, stage_id: &str) -> Result<StageState, StoreError> {
         let result_key = self.stage_key("result", task_id, stage_id);
         let claim_key = self.stage_key("claim", task_id, stage_id);
         let archive_key = self.archive_key(task_id);
-        let mut look = true;
-        loop {
-            let reply: Vec<Vec<u8>> = self
-                .run("inspect stage", &claim_key, Replay::Safe, |mut conn| {
-                    let mut invocation = INSPECT.key(&result_key);
-                    invocation
-                        .key(&claim_key)
-                        .key(&archive_key)
-                        .arg(if look { "1" } else { "0" });
+        self.decide_stage(task_id, stage_id, &result_key, &claim_key, |look| {
+            let keys = (&result_key, &claim_key, &archive_key);
+            self.run(
+                "inspect stage",
+                &claim_key,
+                Replay::Safe,
+                move |mut conn| {
+                    let mut invocation = INSPECT.key(keys.0);
+                    invocation.key(keys.1).key(keys.2).arg(look_arg(look));
                     async move { invocation.invoke_async(&mut conn).await }
-                })
-                .await?;
-            match read_state(&result_key, &claim_key, &reply)? {
-                Read::State(state) => return Ok(state),
-                Read::Sealed => match self.archived_result(task_id, stage_id).await? {
-                    Some(result) => return Ok(StageState::Done(Box::new(result))),
-                    None => look = false,
                 },
+            )
+        })
+        .await
+    }
+
+    /// A stage's state from [`CLAIM`] or [`INSPECT`] (`script`, told whether to look in the
+    /// archive): a sealed task's result comes from its archive, and a stage not in it is decided
+    /// again without looking.
+    async fn decide_stage<F, Fut>(
+        &self,
+        task_id: &str,
+        stage_id: &str,
+        result_key: &str,
+        claim_key: &str,
+        script: F,
+    ) -> Result<StageState, StoreError>
+    where
+        F: Fn(bool) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<Vec<u8>>, StoreError>>,
+    {
+        for look in [true, false] {
+            match read_state(result_key, claim_key, &script(look).await?)? {
+                Read::State(state) => return Ok(state),
+                Read::Sealed => {
+                    if let Some(result) = self.archived_result(task_id, stage_id).await? {
+                        return Ok(StageState::Done(Box::new(result)));
+                    }
+                }
             }
         }
+        Err(not_looking(claim_key))
     }
 
     /// The stage's result in its task's archive, if the task was sealed with it.
@@ -152,10 +169,7 @@ impl RedisStore {
         task_id: &str,
         stage_id: &str,
     ) -> Result<Option<StageResult>, StoreError> {
-        Ok(self
-            .archive_of(task_id)
-            .await?
-            .and_then(|archive| archive.result(stage_id).cloned()))
+        Ok(self.archive_of(task_id).await?.result(stage_id).cloned())
     }
 
     async fn release_stage(
@@ -181,8 +195,7 @@ impl RedisStore {
         let journal_key = self.journal_key(&result.task_id, &result.stage_id);
         let archive_key = self.archive_key(&result.task_id);
         let ttl = millis(self.inner.config.result_ttl);
-        let mut look = true;
-        loop {
+        for look in [true, false] {
             // SET NX makes a replay return the stored result, ours or an earlier one.
             let reply: Vec<Vec<u8>> = self
                 .run("record result", &key, Replay::Safe, |mut conn| {
@@ -192,7 +205,7 @@ impl RedisStore {
                         .key(&archive_key)
                         .arg(&stored_form)
                         .arg(ttl)
-                        .arg(if look { "1" } else { "0" });
+                        .arg(look_arg(look));
                     async move { invocation.invoke_async(&mut conn).await }
                 })
                 .await?;
@@ -200,12 +213,11 @@ impl RedisStore {
                 [tag, stored] if tag == b"stored" => return decode(&key, stored),
                 [tag] if tag == b"sealed" => {
                     // The first write won before the task was sealed; it is in the archive.
-                    match self
+                    if let Some(first) = self
                         .archived_result(&result.task_id, &result.stage_id)
                         .await?
                     {
-                        Some(first) => return Ok(first),
-                        None => look = false,
+                        return Ok(first);
                     }
                 }
                 _ => {
@@ -216,6 +228,7 @@ impl RedisStore {
                 }
             }
         }
+        Err(not_looking(&key))
     }
 
     async fn get_result(
@@ -237,12 +250,23 @@ impl RedisStore {
         if let Some(bytes) = stored {
             return decode(&key, &bytes).map(Some);
         }
-        match archived {
-            Some(bytes) => Ok(decode::<super::archive::Archive>(&archive_key, &bytes)?
-                .result(stage_id)
-                .cloned()),
-            None => Ok(None),
-        }
+        Ok(Archive::read(&archive_key, archived.as_deref())?
+            .result(stage_id)
+            .cloned())
+    }
+}
+
+/// The scripts' last argument: whether to look in the task's archive.
+fn look_arg(look: bool) -> &'static str {
+    if look { "1" } else { "0" }
+}
+
+/// A script answered `sealed` when told not to look in the archive: it is not the script this
+/// code sent.
+fn not_looking(key: &str) -> StoreError {
+    StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: "the script answered `sealed` when told not to look in the archive".into(),
     }
 }
 

@@ -277,10 +277,8 @@ impl RedisStore {
         let (keys, archived): (Vec<String>, Option<Vec<u8>>) = self
             .query_pipeline("list transcripts", &index, Replay::Safe, &pipe)
             .await?;
-        let mut read: Vec<Stored> = match archived {
-            Some(bytes) => decode::<super::archive::Archive>(&archive_key, &bytes)?.transcripts,
-            None => Vec::new(),
-        };
+        let mut read: Vec<Stored> =
+            super::archive::Archive::read(&archive_key, archived.as_deref())?.transcripts;
         if !keys.is_empty() {
             let stored: Vec<Option<Vec<u8>>> = self
                 .query(
