@@ -378,7 +378,7 @@ async fn redis_keys_expire_when_their_buckets_are_idle() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    for (key, most) in [("limit:idle:requests", 300), ("pause:idle", 200)] {
+    for (key, most) in [("limit:{idle}:requests", 300), ("pause:{idle}", 200)] {
         let pttl: i64 = redis::cmd("PTTL")
             .arg(format!("{prefix}{key}"))
             .query_async(&mut raw)

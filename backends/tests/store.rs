@@ -970,9 +970,9 @@ async fn redis_claims() {
     check_claim_expiry(&f.store).await;
     check_inspect(&f.store).await;
     check_record_first_wins(&f.store).await;
-    let ttl = f.pttl("result:t3:s").await;
+    let ttl = f.pttl("result:{t3}:s").await;
     assert!(ttl > 0, "result TTL {ttl}");
-    assert!(f.pttl("claim:t1:s2").await > 0);
+    assert!(f.pttl("claim:{t1}:s2").await > 0);
 }
 
 #[tokio::test]
@@ -994,7 +994,7 @@ async fn memory_events() {
 async fn redis_events() {
     let f = RedisFixture::new().await;
     check_event_order(&f.store).await;
-    let ttl = f.pttl("events:t4").await;
+    let ttl = f.pttl("events:{t4}").await;
     assert!(ttl > 0, "event stream TTL {ttl}");
     let raw = f.raw.clone();
     check_wait_wakes(Arc::new(f.store.clone()), async || {
@@ -1028,7 +1028,7 @@ async fn memory_cancel() {
 async fn redis_cancel() {
     let f = RedisFixture::new().await;
     check_cancel(&f.store).await;
-    assert!(f.pttl("cancel:t7").await > 0);
+    assert!(f.pttl("cancel:{t7}").await > 0);
     // A second subscriber on the same store shares the live subscription.
     let mut again = f.store.subscribe().await.unwrap();
     f.store.request_cancel("t7-late").await.unwrap();
@@ -1075,9 +1075,12 @@ async fn redis_sealing_gathers_a_task_into_one_key() {
         .map(|k| k.trim_start_matches(&f.prefix))
         .collect();
     keys.sort_unstable();
-    assert_eq!(keys, ["archive:t-sealed"], "every record gathered");
-    assert!(f.pttl("archive:t-sealed").await > 0, "the archive expires");
-    let stored = f.raw_get("archive:t-sealed").await;
+    assert_eq!(keys, ["archive:{t-sealed}"], "every record gathered");
+    assert!(
+        f.pttl("archive:{t-sealed}").await > 0,
+        "the archive expires"
+    );
+    let stored = f.raw_get("archive:{t-sealed}").await;
     assert_eq!(&stored[..4], &[0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
 }
 
@@ -1161,9 +1164,9 @@ async fn redis_executor_stores() {
     let diff = content_hash(b"diff --git a/x b/x\n+hello\n");
     for key in [
         format!("input:{diff}"),
-        "journal:t:open".to_owned(),
-        "transcript:t8:reviewer-1:2".to_owned(),
-        "transcripts:t8".to_owned(),
+        "journal:{t}:open".to_owned(),
+        "transcript:{t8}:reviewer-1:2".to_owned(),
+        "transcripts:{t8}".to_owned(),
     ] {
         let ttl = f.pttl(&key).await;
         assert!(ttl > 0, "{key} TTL {ttl}");
@@ -1218,7 +1221,7 @@ async fn redis_transcripts_share_long_texts_are_compressed_and_plain_ones_still_
     let other = with_prompt("t10", "BBBBBBBBBBBBBBBBBBBBBBBB");
     TranscriptStore::put(&f.store, t.clone()).await.unwrap();
     TranscriptStore::put(&f.store, other.clone()).await.unwrap();
-    let stored = f.raw_get("transcript:t9:summary:1").await;
+    let stored = f.raw_get("transcript:{t9}:summary:1").await;
     assert_eq!(&stored[..4], &[0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
     assert!(
         stored.len() < 600,
@@ -1251,13 +1254,13 @@ async fn redis_transcripts_share_long_texts_are_compressed_and_plain_ones_still_
     let mut legacy = transcript("t9", "reviewer-1", 1, 7);
     legacy.finished_unix_ms = 42;
     f.raw_set(
-        "transcript:t9:reviewer-1:1",
+        "transcript:{t9}:reviewer-1:1",
         &serde_json::to_string(&legacy).unwrap(),
     )
     .await;
     let () = redis::cmd("SADD")
-        .arg(format!("{}transcripts:t9", f.prefix))
-        .arg(format!("{}transcript:t9:reviewer-1:1", f.prefix))
+        .arg(format!("{}transcripts:{{t9}}", f.prefix))
+        .arg(format!("{}transcript:{{t9}}:reviewer-1:1", f.prefix))
         .query_async(&mut f.raw.clone())
         .await
         .unwrap();
@@ -1267,10 +1270,10 @@ async fn redis_transcripts_share_long_texts_are_compressed_and_plain_ones_still_
 #[tokio::test]
 async fn redis_garbage_is_reported_as_corrupt_not_unavailable() {
     let f = RedisFixture::new().await;
-    f.raw_set("result:t9:s", "not json").await;
+    f.raw_set("result:{t9}:s", "not json").await;
     let e = ResultStore::get(&f.store, "t9", "s").await.unwrap_err();
     assert!(
-        matches!(&e, StoreError::Corrupt { key, .. } if key.ends_with("result:t9:s")),
+        matches!(&e, StoreError::Corrupt { key, .. } if key.ends_with("result:{t9}:s")),
         "{e}"
     );
     assert!(!e.is_retryable());
@@ -1282,7 +1285,7 @@ async fn redis_garbage_is_reported_as_corrupt_not_unavailable() {
         .unwrap_err();
     assert!(matches!(claim, StoreError::Corrupt { .. }), "{claim}");
     // A key of the wrong type.
-    f.raw_set("events:t9", "not a stream").await;
+    f.raw_set("events:{t9}", "not a stream").await;
     let e = f.store.read("t9", None, Duration::ZERO).await.unwrap_err();
     assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
     let e = f

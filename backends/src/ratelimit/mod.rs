@@ -113,7 +113,7 @@ impl LimitError {
 impl From<StoreError> for LimitError {
     fn from(e: StoreError) -> LimitError {
         match e {
-            StoreError::Unavailable(m) => LimitError::Unavailable(m),
+            StoreError::Unavailable(m) | StoreError::Full(m) => LimitError::Unavailable(m),
             StoreError::Corrupt { key, reason } => LimitError::Corrupt { key, reason },
             StoreError::Config(m) => LimitError::Refused {
                 key: "-".into(),

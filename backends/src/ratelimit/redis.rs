@@ -72,10 +72,10 @@ return 0
 impl RedisStore {
     async fn acquire_permit(&self, key: &str, demands: &[Demand]) -> Result<Permit, LimitError> {
         check(key, demands)?;
-        let pause_key = self.key("pause", key);
+        let pause_key = self.tagged_key("pause", key, None);
         let buckets: Vec<String> = demands
             .iter()
-            .map(|d| self.key("limit", &format!("{key}:{}", d.bucket.as_str())))
+            .map(|d| self.tagged_key("limit", key, Some(d.bucket.as_str())))
             .collect();
         let args: Vec<u64> = demands
             .iter()
@@ -106,7 +106,7 @@ impl RedisStore {
     }
 
     async fn pause_key(&self, key: &str, duration: Duration) -> Result<(), LimitError> {
-        let pause_key = self.key("pause", key);
+        let pause_key = self.tagged_key("pause", key, None);
         let ms = u64::try_from(duration.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);

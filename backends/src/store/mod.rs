@@ -39,6 +39,10 @@ use transcripts::{reading_order, same_attempt};
 pub enum StoreError {
     #[error("state store unavailable: {0}")]
     Unavailable(String),
+    /// The store is out of memory and refuses writes until memory is freed or added; reads
+    /// still work. Retryable, but not at once.
+    #[error("state store full: {0}")]
+    Full(String),
     #[error("state store holds invalid data at {key}: {reason}")]
     Corrupt { key: String, reason: String },
     #[error("invalid state store configuration: {0}")]
@@ -47,7 +51,7 @@ pub enum StoreError {
 
 impl StoreError {
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(self, StoreError::Unavailable(_) | StoreError::Full(_))
     }
 }
 

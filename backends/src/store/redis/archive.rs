@@ -104,7 +104,7 @@ return 1
 
 impl RedisStore {
     pub(super) fn archive_key(&self, task_id: &str) -> String {
-        self.key("archive", task_id)
+        self.tagged_key("archive", task_id, None)
     }
 
     /// The task's archive (empty if it was not sealed).
@@ -136,8 +136,8 @@ impl RedisStore {
         stage_ids: &[String],
     ) -> Result<Option<Gathered>, StoreError> {
         let archive_key = self.archive_key(task_id);
-        let index = self.key("transcripts", task_id);
-        let events_key = self.key("events", task_id);
+        let index = self.transcripts_index(task_id);
+        let events_key = self.events_key(task_id);
         let mut read = redis::pipe();
         read.cmd("SMEMBERS")
             .arg(&index)

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures_util::StreamExt;
-use redis::Client;
+use std::sync::Arc;
+
+use super::link::Links;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -29,27 +31,36 @@ pub(super) struct Feed {
 
 impl RedisStore {
     async fn request_task_cancel(&self, task_id: &str) -> Result<(), StoreError> {
-        let key = self.key("cancel", task_id);
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(&key)
-            .arg("1")
-            .arg("PX")
-            .arg(millis(self.inner.config.cancel_ttl))
-            .ignore()
-            .cmd("PUBLISH")
-            .arg(self.cancel_channel())
-            .arg(task_id)
-            .ignore();
-        // Marking twice and notifying twice are both harmless.
+        let key = self.tagged_key("cancel", task_id, None);
+        // The mark first, then the notice: a subscriber woken by it finds the mark. Two
+        // commands, not one pipeline: a cluster routes PUBLISH by its channel's slot, which is
+        // not the mark's. Marking twice and notifying twice are both harmless.
         let () = self
-            .query_pipeline("request cancel", &key, Replay::Safe, &pipe)
+            .query(
+                "request cancel",
+                &key,
+                Replay::Safe,
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg("1")
+                    .arg("PX")
+                    .arg(millis(self.inner.config.cancel_ttl)),
+            )
+            .await?;
+        let channel = self.cancel_channel();
+        let _receivers: i64 = self
+            .query(
+                "notify cancel",
+                &channel,
+                Replay::Safe,
+                redis::cmd("PUBLISH").arg(&channel).arg(task_id),
+            )
             .await?;
         Ok(())
     }
 
     async fn task_is_cancelled(&self, task_id: &str) -> Result<bool, StoreError> {
-        let key = self.key("cancel", task_id);
+        let key = self.tagged_key("cancel", task_id, None);
         self.query(
             "check cancel",
             &key,
@@ -93,7 +104,7 @@ impl RedisStore {
         let (notices, _) = broadcast::channel(FEED_CAPACITY);
         let (live_tx, live) = watch::channel(false);
         let subscription = Subscription {
-            client: self.inner.client.clone(),
+            links: Arc::clone(&self.inner.links),
             channel: self.cancel_channel(),
             notices: notices.clone(),
             live: live_tx,
@@ -109,7 +120,7 @@ impl RedisStore {
 /// The background side of the feed. It holds no reference to the store, so dropping the last
 /// store clone cancels `shutdown` and ends it.
 struct Subscription {
-    client: Client,
+    links: Arc<Links>,
     channel: String,
     notices: broadcast::Sender<String>,
     live: watch::Sender<bool>,
@@ -153,10 +164,24 @@ impl Subscription {
     }
 
     async fn subscribed(&self) -> Result<redis::aio::PubSub, String> {
+        // Any node will do: a cluster carries a message published on one node to subscribers
+        // on every node. The first that takes the subscription is kept.
         let attempt = async {
-            let mut pubsub = self.client.get_async_pubsub().await?;
-            pubsub.subscribe(&self.channel).await?;
-            Ok::<_, redis::RedisError>(pubsub)
+            let mut last = None;
+            for client in self.links.subscription_clients().await? {
+                let subscribed = async {
+                    let mut pubsub = client.get_async_pubsub().await?;
+                    pubsub.subscribe(&self.channel).await?;
+                    Ok::<_, redis::RedisError>(pubsub)
+                };
+                match subscribed.await {
+                    Ok(pubsub) => return Ok(pubsub),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last.unwrap_or_else(|| {
+                redis::RedisError::from((redis::ErrorKind::Client, "no Redis node to subscribe on"))
+            }))
         };
         tokio::select! {
             () = self.shutdown.cancelled() => Err("shutting down".into()),

@@ -18,7 +18,7 @@ const FIELD: &str = "event";
 
 impl RedisStore {
     async fn append_event(&self, event: &ProgressEvent) -> Result<String, StoreError> {
-        let key = self.key("events", &event.task_id);
+        let key = self.events_key(&event.task_id);
         self.append_events(std::slice::from_ref(event))
             .await?
             .pop()
@@ -28,39 +28,51 @@ impl RedisStore {
             })
     }
 
-    /// Every event in one transaction: each stream's XADDs in order, then its expiry renewed once.
+    /// The stream of task `task_id`'s progress events.
+    pub(super) fn events_key(&self, task_id: &str) -> String {
+        self.tagged_key("events", task_id, None)
+    }
+
+    /// Each task's events in one transaction (the XADDs in order, then its expiry renewed
+    /// once); the positions in the order of `events`. Tasks are apart: their streams may live
+    /// on different cluster nodes.
     async fn append_events(&self, events: &[ProgressEvent]) -> Result<Vec<String>, StoreError> {
-        let Some(first) = events.first() else {
-            return Ok(Vec::new());
-        };
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        let mut keys: Vec<String> = Vec::new();
+        let mut tasks: Vec<&str> = Vec::new();
         for event in events {
-            let key = self.key("events", &event.task_id);
-            let json = encode(&key, event)?;
-            pipe.cmd("XADD")
-                .arg(&key)
-                .arg("MAXLEN")
-                .arg("~")
-                .arg(self.inner.config.event_stream_maxlen)
-                .arg("*")
-                .arg(FIELD)
-                .arg(&json);
-            if !keys.contains(&key) {
-                keys.push(key);
+            if !tasks.contains(&event.task_id.as_str()) {
+                tasks.push(&event.task_id);
             }
         }
-        for key in &keys {
+        let mut positions: Vec<(usize, String)> = Vec::with_capacity(events.len());
+        for task in tasks {
+            let key = self.events_key(task);
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            let mut indices = Vec::new();
+            for (i, event) in events.iter().enumerate().filter(|(_, e)| e.task_id == task) {
+                let json = encode(&key, event)?;
+                pipe.cmd("XADD")
+                    .arg(&key)
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(self.inner.config.event_stream_maxlen)
+                    .arg("*")
+                    .arg(FIELD)
+                    .arg(&json);
+                indices.push(i);
+            }
             pipe.cmd("PEXPIRE")
-                .arg(key)
+                .arg(&key)
                 .arg(millis(self.inner.config.event_ttl))
                 .ignore();
+            // A replayed XADD would duplicate the events: resend only what never left.
+            let ids: Vec<String> = self
+                .query_pipeline("append events", &key, Replay::IfUnsent, &pipe)
+                .await?;
+            positions.extend(indices.into_iter().zip(ids));
         }
-        let key = self.key("events", &first.task_id);
-        // A replayed XADD would duplicate the events: resend only what never left.
-        self.query_pipeline("append events", &key, Replay::IfUnsent, &pipe)
-            .await
+        positions.sort_by_key(|(i, _)| *i);
+        Ok(positions.into_iter().map(|(_, id)| id).collect())
     }
 
     async fn read_events(
@@ -69,7 +81,7 @@ impl RedisStore {
         after: Option<&str>,
         wait: Duration,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let key = self.key("events", task_id);
+        let key = self.events_key(task_id);
         if let Some(after) = after {
             check_stream_id(&key, after)?;
         }
@@ -155,9 +167,7 @@ impl RedisStore {
         }
     }
 
-    async fn fresh_blocking_connection(
-        &self,
-    ) -> Result<(redis::aio::MultiplexedConnection, bool), StoreError> {
+    async fn fresh_blocking_connection(&self) -> Result<(super::Conn, bool), StoreError> {
         // Pooled connections predate the failure that made us ask; drop them all.
         self.inner
             .blocking

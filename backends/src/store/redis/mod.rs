@@ -4,38 +4,45 @@
 //! instead of crashing.
 //!
 //! # Connections
-//! - Commands share one [`ConnectionManager`] (multiplexed, reconnects in the background). A
-//!   command that was in flight when the link dropped fails; idempotent commands are retried a
-//!   couple of times with a short backoff, others only when the connection was refused (they
-//!   were certainly not sent). Persistent failures become [`StoreError::Unavailable`], always
-//!   within a bounded time (`command_timeout` per attempt).
+//! - `redis.url` names one server, a Redis Cluster or a Sentinel-watched primary ([`link`]).
+//! - Commands share one multiplexed connection (reconnected in the background). A command that
+//!   was in flight when the link dropped fails; idempotent commands are retried a couple of
+//!   times with a short backoff, others only when they certainly never ran (the connection was
+//!   refused, or a cluster redirected them). Persistent failures become
+//!   [`StoreError::Unavailable`], always within a bounded time (`command_timeout` per attempt);
+//!   a Redis out of memory (`maxmemory` with `noeviction`) is [`StoreError::Full`].
 //! - Blocking stream reads (`XREAD BLOCK`) take a connection of their own from a small pool:
 //!   a blocked command stalls every other command on its connection.
 //! - The cancellation subscription has its own pub/sub connection, re-established (and
 //!   resubscribed) in the background after any disconnect.
 //!
 //! # Key layout (`P` = `prefix`, default `verdict:`)
+//! `{task}` below is literal braces around the task id: a Redis Cluster hash tag, so every key
+//! of one task lives in one slot and a script or transaction over them runs on one node. Keys
+//! shared across tasks (inputs, texts, cache, documents, sets) carry no tag and spread over the
+//! cluster.
+//!
 //! | key | type | TTL |
 //! |---|---|---|
-//! | `P claim:{task}:{stage}` | string: owner | the claim's TTL |
-//! | `P result:{task}:{stage}` | string: packed JSON `StageResult` (a zstd frame from 128 bytes) | `result_ttl` |
+//! | `P claim:{task}:<stage>` | string: owner | the claim's TTL |
+//! | `P result:{task}:<stage>` | string: packed JSON `StageResult` (a zstd frame from 128 bytes) | `result_ttl` |
 //! | `P events:{task}` | stream, field `event`: JSON `ProgressEvent` | `event_ttl`, `MAXLEN ~` |
 //! | `P cancel:{task}` | string `1` | `cancel_ttl` |
 //! | `P cancel` | pub/sub channel, payload: task id | — |
-//! | `P doc:{key}` | hash `v` (version), `body` (packed) | `document_ttl`, renewed on write |
-//! | `P set:{name}` | set | none |
-//! | `P input:{sha256}` | string: packed bytes | `input_ttl` |
-//! | `P journal:{task}:{stage}` | hash: a field per call (`provider/sha256`), JSON `ChatResponse`; deleted when the stage's result is recorded | `journal_ttl`, renewed by each call |
-//! | `P cache:{cache key}` | string: packed JSON `CachedAnswer` | `response_cache_ttl` |
+//! | `P doc:<key>` | hash `v` (version), `body` (packed) | `document_ttl`, renewed on write |
+//! | `P set:<name>` | set | none |
+//! | `P input:<sha256>` | string: packed bytes | `input_ttl` |
+//! | `P journal:{task}:<stage>` | hash: a field per call (`<provider>/<sha256>`), JSON `ChatResponse`; deleted when the stage's result is recorded | `journal_ttl`, renewed by each call |
+//! | `P cache:<cache key>` | string: packed JSON `CachedAnswer` | `response_cache_ttl` |
 //! | `P archive:{task}` | string: zstd frame of a sealed task's results, transcripts (long texts as references) and events with their stream ids; those keys deleted | the longest of `result_ttl`, `transcript_ttl`, `event_ttl` |
-//! | `P transcript:{task}:{stage}:{attempt}` | string: zstd frame of the JSON `Transcript`, long texts as references | `transcript_ttl` |
-//! | `P text:{sha256}` | string: zstd frame of one long transcript text, its boundary tokens as placeholders, shared by every transcript holding it | `transcript_ttl`, renewed by each |
+//! | `P transcript:{task}:<stage>:<attempt>` | string: zstd frame of the JSON `Transcript`, long texts as references | `transcript_ttl` |
+//! | `P text:<sha256>` | string: zstd frame of one long transcript text, its boundary tokens as placeholders, shared by every transcript holding it | `transcript_ttl`, renewed by each |
 //! | `P transcripts:{task}` | set of transcript keys (the read-back index) | `transcript_ttl` |
-//! | `P budget:{organisation}:{period}` | hash: spent and held totals, `hold:{task}` per task | 35 days after the period |
-//! | `P alive:{holder}` | string `1`: a scheduler replica's heartbeat | its lease |
+//! | `P budget:<organisation>:<period>` | hash: spent and held totals, `hold:<task>` per task | 35 days after the period |
+//! | `P alive:<holder>` | string `1`: a scheduler replica's heartbeat | its lease |
 //!
-//! Scripts touch several keys of one task, so the layout suits one Redis (or Sentinel), not
-//! Redis Cluster.
+//! The rate limiter's keys (`P pause:{key}`, `P limit:{key}:<bucket>`) carry their limit's key
+//! as the tag, for the same reason.
 
 mod archive;
 mod budget;
@@ -45,30 +52,31 @@ mod documents;
 mod events;
 mod inputs;
 mod journal;
+mod link;
 mod liveness;
 mod packed;
 mod results;
 mod transcripts;
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{
-    AsyncConnectionConfig, Client, Cmd, FromRedisValue, Pipeline, RedisError, RetryMethod,
-};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RetryMethod};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
+use self::link::{Conn, Deployment, Links};
 use super::StoreError;
 
 /// How to reach Redis and how long each kind of record lives.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS. The password never
-    /// appears in errors or logs.
+    /// `redis://[user:password@]host:port[/db]` (`rediss://…` for TLS) for one server,
+    /// `redis+cluster://[user:password@]host:port,host:port,…` for a Redis Cluster, or
+    /// `redis+sentinel://[user:password@]host:port,…/service[/db]` for the primary Sentinels
+    /// report. The password never appears in errors or logs.
     pub url: String,
     /// Prepended to every key and channel, so several deployments can share one Redis.
     /// Default `verdict:`.
@@ -168,6 +176,18 @@ impl RedisConfig {
                 "redis.event_stream_maxlen must be at least 1".into(),
             ));
         }
+        if self.prefix.contains(['{', '}']) {
+            // A brace in the prefix would become every key's hash tag: the whole deployment in
+            // one cluster slot.
+            return Err(StoreError::Config(format!(
+                "redis.prefix `{}` must not contain `{{` or `}}`: verdict puts each task's hash \
+                 tag in its keys itself",
+                self.prefix
+            )));
+        }
+        Deployment::parse(&self.url).map_err(|reason| {
+            StoreError::Config(format!("redis.url `{}`: {reason}", self.redacted_url()))
+        })?;
         Ok(())
     }
 }
@@ -234,10 +254,9 @@ pub struct RedisStore {
 
 struct Inner {
     config: RedisConfig,
-    client: Client,
-    commands: ConnectionManager,
+    links: Arc<Links>,
     /// Idle connections for blocking reads, reused so a follower does not connect per poll.
-    blocking: Mutex<Vec<MultiplexedConnection>>,
+    blocking: Mutex<Vec<Conn>>,
     cancel_feed: Mutex<Option<cancel::Feed>>,
     /// Stops background tasks (the cancellation subscription) when the last clone is dropped.
     shutdown: CancellationToken,
@@ -276,18 +295,50 @@ pub(crate) enum Replay {
 #[derive(Debug)]
 enum Failure {
     Redis(RedisError),
+    /// No connection to send it on (a Sentinel or cluster node not answering): never sent.
+    Connect(RedisError),
     TimedOut(Duration),
 }
 
 impl Failure {
     fn may_retry(&self, replay: Replay) -> bool {
         match (self, replay) {
+            (Failure::Redis(e), _) if is_out_of_memory(e) => false,
             (Failure::Redis(e), Replay::Safe) => is_transient(e),
-            (Failure::Redis(e), Replay::IfUnsent) => e.is_connection_refusal(),
+            (Failure::Redis(e), Replay::IfUnsent) => never_ran(e),
+            (Failure::Connect(e), _) => is_transient(e) || e.is_connection_refusal(),
             (Failure::TimedOut(_), Replay::Safe) => true,
             (Failure::TimedOut(_), Replay::IfUnsent) => false,
         }
     }
+}
+
+/// Errors that say the command was not carried out: the connection was refused, or a cluster
+/// node answered that another node serves the slot, that the slot is not served right now, or
+/// that it is a replica — so sending it again cannot apply it twice.
+fn never_ran(e: &RedisError) -> bool {
+    e.is_connection_refusal()
+        || matches!(
+            e.code(),
+            Some(
+                "MOVED"
+                    | "ASK"
+                    | "TRYAGAIN"
+                    | "CLUSTERDOWN"
+                    | "MASTERDOWN"
+                    | "READONLY"
+                    | "LOADING"
+            )
+        )
+}
+
+/// Redis refused a write because it reached `maxmemory` (with the `noeviction` policy verdict
+/// needs): retrying at once would only be refused again.
+fn is_out_of_memory(e: &RedisError) -> bool {
+    e.code() == Some("OOM")
+        || e.clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, s)| s.code() == "OOM"))
 }
 
 /// Link and failover trouble that a reconnect or a short wait can cure (as opposed to a
@@ -311,37 +362,25 @@ impl RedisStore {
     /// URL is [`StoreError::Config`]; an unreachable Redis is [`StoreError::Unavailable`].
     pub async fn connect(config: RedisConfig) -> Result<RedisStore, StoreError> {
         config.validate()?;
-        if config.url.starts_with("rediss") {
+        let deployment = Deployment::parse(&config.url).map_err(|reason| {
+            StoreError::Config(format!("redis.url `{}`: {reason}", config.redacted_url()))
+        })?;
+        if deployment.uses_tls() {
             // redis-rs builds its rustls config from the process default; ring is the provider
             // the rest of verdict uses. Already installed is fine.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
         let secrets = url_secrets(&config.url);
-        let client = Client::open(config.url.as_str()).map_err(|e| {
+        let links = Links::new(&deployment, config.command_timeout).map_err(|e| {
             StoreError::Config(scrub(
                 &secrets,
                 format!("redis.url `{}`: {e}", config.redacted_url()),
             ))
         })?;
-        let timeout = config.command_timeout;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(3)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1));
-        let commands = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
-            .map_err(|e| {
-                StoreError::Config(scrub(
-                    &secrets,
-                    format!("redis.url `{}`: {e}", config.redacted_url()),
-                ))
-            })?;
         let store = RedisStore {
             inner: Arc::new(Inner {
                 config,
-                client,
-                commands,
+                links: Arc::new(links),
                 blocking: Mutex::new(Vec::new()),
                 cancel_feed: Mutex::new(None),
                 shutdown: CancellationToken::new(),
@@ -370,42 +409,68 @@ impl RedisStore {
         &self.inner.config
     }
 
-    /// Deletes every key under this store's prefix (`SCAN` + `DEL`) and returns how many. For
-    /// tearing down a test or a decommissioned deployment; destructive by design.
+    /// Deletes every key under this store's prefix (`SCAN` + `DEL` on every primary) and
+    /// returns how many. For tearing down a test or a decommissioned deployment; destructive by
+    /// design.
     pub async fn purge(&self) -> Result<usize, StoreError> {
         let pattern = format!("{}*", self.inner.config.prefix);
-        let mut cursor: u64 = 0;
+        let timeout = self.inner.config.command_timeout;
+        let primaries = tokio::time::timeout(timeout, self.inner.links.primaries())
+            .await
+            .map_err(|_| Failure::TimedOut(timeout))
+            .and_then(|r| r.map_err(Failure::Connect))
+            .map_err(|f| self.store_error("list primaries", &pattern, &f))?;
         let mut deleted = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = self
-                .query(
-                    "scan",
-                    &pattern,
-                    Replay::Safe,
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(500),
-                )
-                .await?;
-            if !keys.is_empty() {
-                let n: usize = self
-                    .query("del", &pattern, Replay::Safe, redis::cmd("DEL").arg(&keys))
-                    .await?;
-                deleted += n;
+        for primary in primaries {
+            let connect = primary.get_multiplexed_async_connection();
+            let mut conn = match tokio::time::timeout(timeout, connect).await {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => return Err(self.store_error("scan", &pattern, &Failure::Connect(e))),
+                Err(_) => {
+                    return Err(self.store_error("scan", &pattern, &Failure::TimedOut(timeout)));
+                }
+            };
+            let mut cursor: u64 = 0;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(500);
+                let (next, keys) =
+                    bounded(timeout, scan.query_async::<(u64, Vec<String>)>(&mut conn))
+                        .await
+                        .map_err(|f| self.store_error("scan", &pattern, &f))?;
+                // One key at a time: in a cluster the keys of one node span many slots.
+                for key in &keys {
+                    let mut del = redis::cmd("DEL");
+                    del.arg(key);
+                    deleted += bounded(timeout, del.query_async::<usize>(&mut conn))
+                        .await
+                        .map_err(|f| self.store_error("del", key, &f))?;
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            if next == 0 {
-                return Ok(deleted);
-            }
-            cursor = next;
         }
+        Ok(deleted)
     }
 
-    /// `{prefix}{kind}:{rest}`.
+    /// `{prefix}{kind}:{rest}`: a key shared across tasks, with no hash tag.
     pub(crate) fn key(&self, kind: &str, rest: &str) -> String {
         format!("{}{kind}:{rest}", self.inner.config.prefix)
+    }
+
+    /// `{prefix}{kind}:{{tag}}` and `:{rest}` when given: a key in `tag`'s cluster slot (a task
+    /// id, a rate limit's key), beside every other key with that tag.
+    pub(crate) fn tagged_key(&self, kind: &str, tag: &str, rest: Option<&str>) -> String {
+        match rest {
+            Some(rest) => format!("{}{kind}:{{{tag}}}:{rest}", self.inner.config.prefix),
+            None => format!("{}{kind}:{{{tag}}}", self.inner.config.prefix),
+        }
     }
 
     /// Runs one command (or script, or pipeline) on the shared connection: each attempt bounded
@@ -415,21 +480,29 @@ impl RedisStore {
         op: &'static str,
         key: &str,
         replay: Replay,
-        mut command: F,
+        command: F,
     ) -> Result<T, StoreError>
     where
-        F: FnMut(ConnectionManager) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let timeout = self.inner.config.command_timeout;
-        let attempt = || {
-            let reply = command(self.inner.commands.clone());
-            async move {
-                match tokio::time::timeout(timeout, reply).await {
-                    Ok(Ok(value)) => Ok(value),
-                    Ok(Err(e)) => Err(Failure::Redis(e)),
-                    Err(_) => Err(Failure::TimedOut(timeout)),
-                }
+        let attempt = || async {
+            let exchange = async {
+                let conn = self
+                    .inner
+                    .links
+                    .commands()
+                    .await
+                    .map_err(Failure::Connect)?;
+                command(conn.clone()).await.map_err(|e| {
+                    self.inner.links.failed(&conn, &e);
+                    Failure::Redis(e)
+                })
+            };
+            match tokio::time::timeout(timeout, exchange).await {
+                Ok(result) => result,
+                Err(_) => Err(Failure::TimedOut(timeout)),
             }
         };
         attempt
@@ -482,11 +555,22 @@ impl RedisStore {
     fn describe(&self, failure: &Failure) -> String {
         match failure {
             Failure::Redis(e) => scrub(&self.inner.secrets, e.to_string()),
+            Failure::Connect(e) => scrub(&self.inner.secrets, format!("cannot connect: {e}")),
             Failure::TimedOut(t) => format!("no reply within {t:?}"),
         }
     }
 
     fn store_error(&self, op: &str, key: &str, failure: &Failure) -> StoreError {
+        if let Failure::Redis(e) = failure
+            && is_out_of_memory(e)
+        {
+            return StoreError::Full(format!(
+                "{op} `{key}` on {}: Redis reached its maxmemory and refuses writes; raise \
+                 maxmemory, lower the retention settings (redis.*_ttl) or add memory, and keep \
+                 maxmemory-policy noeviction so nothing verdict needs is evicted",
+                self.inner.config.redacted_url()
+            ));
+        }
         // A pipeline reports its commands' errors inside its own.
         if let Failure::Redis(e) = failure
             && (e.code() == Some("WRONGTYPE")
@@ -508,41 +592,45 @@ impl RedisStore {
 
     /// A connection of its own for a blocking command, and whether it came from the pool (a
     /// pooled one may have died since; the caller retries once on a fresh one).
-    async fn blocking_connection(&self) -> Result<(MultiplexedConnection, bool), StoreError> {
+    async fn blocking_connection(&self) -> Result<(Conn, bool), StoreError> {
         let pooled = self
             .inner
             .blocking
             .lock()
-            .map(|mut idle| idle.pop())
-            .unwrap_or_else(|poisoned| poisoned.into_inner().pop());
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
         if let Some(conn) = pooled {
             return Ok((conn, true));
         }
         let timeout = self.inner.config.command_timeout;
-        // The response timeout stays off: the command blocks on purpose; the caller bounds it.
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(None);
-        let connect = self
-            .inner
-            .client
-            .get_multiplexed_async_connection_with_config(&config);
-        match tokio::time::timeout(timeout, connect).await {
+        match tokio::time::timeout(timeout, self.inner.links.dedicated()).await {
             Ok(Ok(conn)) => Ok((conn, false)),
-            Ok(Err(e)) => Err(self.store_error("connect", "-", &Failure::Redis(e))),
+            Ok(Err(e)) => Err(self.store_error("connect", "-", &Failure::Connect(e))),
             Err(_) => Err(self.store_error("connect", "-", &Failure::TimedOut(timeout))),
         }
     }
 
-    fn return_blocking_connection(&self, conn: MultiplexedConnection) {
+    fn return_blocking_connection(&self, conn: Conn) {
         let mut idle = self
             .inner
             .blocking
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+            .unwrap_or_else(PoisonError::into_inner);
         if idle.len() < MAX_IDLE_BLOCKING {
             idle.push(conn);
         }
+    }
+}
+
+/// `future` within `timeout`, its failure as a [`Failure`].
+async fn bounded<T>(
+    timeout: Duration,
+    future: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, Failure> {
+    match tokio::time::timeout(timeout, future).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Failure::Redis(e)),
+        Err(_) => Err(Failure::TimedOut(timeout)),
     }
 }
 

@@ -78,7 +78,7 @@ return 0
 
 impl RedisStore {
     pub(super) fn stage_key(&self, kind: &str, task_id: &str, stage_id: &str) -> String {
-        self.key(kind, &format!("{task_id}:{stage_id}"))
+        self.tagged_key(kind, task_id, Some(stage_id))
     }
 
     async fn claim_stage(

@@ -196,15 +196,18 @@ fn restore_shared(stored: &mut Stored, texts: &HashMap<String, String>) {
 }
 
 impl RedisStore {
+    /// The set of task `task_id`'s transcript keys.
+    pub(super) fn transcripts_index(&self, task_id: &str) -> String {
+        self.tagged_key("transcripts", task_id, None)
+    }
+
     async fn put_transcript(&self, transcript: Transcript) -> Result<(), StoreError> {
-        let key = self.key(
+        let key = self.tagged_key(
             "transcript",
-            &format!(
-                "{}:{}:{}",
-                transcript.task_id, transcript.stage_id, transcript.attempt
-            ),
+            &transcript.task_id,
+            Some(&format!("{}:{}", transcript.stage_id, transcript.attempt)),
         );
-        let index = self.key("transcripts", &transcript.task_id);
+        let index = self.transcripts_index(&transcript.task_id);
         let ttl = millis(self.inner.config.transcript_ttl);
         let mut transcript = transcript;
         let Taken {
@@ -213,27 +216,26 @@ impl RedisStore {
             tools,
         } = take_shared(&mut transcript);
         if !texts.is_empty() {
-            // Written before the transcript that names them, one key each (different tasks'
-            // transcripts share them, so they are not in the transcript's transaction); a text
-            // already stored is rewritten, which renews its TTL.
-            let mut texts_pipe = redis::pipe();
-            for (hash, text) in &texts {
+            // Written before the transcript that names them, one key each and each on its own
+            // (different tasks' transcripts share them, so they are neither in the transcript's
+            // transaction nor in one slot); a text already stored is rewritten, which renews
+            // its TTL. The commands go out together on the multiplexed connection.
+            let writes = texts.iter().map(|(hash, text)| async move {
                 let text_key = self.key("text", hash);
-                texts_pipe
-                    .cmd("SET")
-                    .arg(&text_key)
-                    .arg(pack(&text_key, text.as_bytes())?)
-                    .arg("PX")
-                    .arg(ttl)
-                    .ignore();
-            }
-            self.query_pipeline::<()>(
-                "put shared transcript texts",
-                &key,
-                Replay::Safe,
-                &texts_pipe,
-            )
-            .await?;
+                let packed = pack(&text_key, text.as_bytes())?;
+                self.query::<()>(
+                    "put shared transcript text",
+                    &text_key,
+                    Replay::Safe,
+                    redis::cmd("SET")
+                        .arg(&text_key)
+                        .arg(packed)
+                        .arg("PX")
+                        .arg(ttl),
+                )
+                .await
+            });
+            futures_util::future::try_join_all(writes).await?;
         }
         let json = encode(
             &key,
@@ -267,7 +269,7 @@ impl RedisStore {
     /// The stored transcripts of a task, oldest attempt first; expired ones are simply absent.
     /// A sealed task's are in its archive, and any written since beside it.
     pub async fn transcripts_of(&self, task_id: &str) -> Result<Vec<Transcript>, StoreError> {
-        let index = self.key("transcripts", task_id);
+        let index = self.transcripts_index(task_id);
         let archive_key = self.archive_key(task_id);
         let mut pipe = redis::pipe();
         pipe.cmd("SMEMBERS")
