@@ -267,16 +267,21 @@ impl ApiClient {
         }
     }
 
-    /// Posts a submission. A 429 means the server created nothing and will have room later, so
-    /// the same submission is made again after its `Retry-After`, for up to `busy_patience`.
+    /// Posts a submission. A 429, or a 503 with `Retry-After`, means the server created nothing
+    /// and will have room later, so the same submission is made again after its `Retry-After`,
+    /// for up to `busy_patience`.
     async fn submit<T: Serialize>(&self, path: &str, body: &T) -> Result<Submitted, ClientError> {
         let give_up = tokio::time::Instant::now() + self.busy_patience;
         loop {
             let (status, retry_after, body) = self
                 .exchange(self.http.post(self.url(path)).json(body))
                 .await?;
+            // A 503 that names a wait is an overloaded backend (Redis full, RabbitMQ alarmed):
+            // nothing was created either, so it is waited out the same way.
+            let wait_named = retry_after.is_some();
             let retry_after = retry_after.unwrap_or(DEFAULT_RETRY_AFTER);
-            if status == StatusCode::TOO_MANY_REQUESTS
+            if (status == StatusCode::TOO_MANY_REQUESTS
+                || (status == StatusCode::SERVICE_UNAVAILABLE && wait_named))
                 && tokio::time::Instant::now() + retry_after < give_up
             {
                 tracing::info!(

@@ -238,6 +238,14 @@ pub enum ServiceError {
         reason: String,
         retry_after_secs: u64,
     },
+    /// 503 with `Retry-After`: a backend is out of room (Redis at its `maxmemory`, RabbitMQ
+    /// blocking publishers under a memory or disk alarm); nothing was created, submit again
+    /// after `retry_after_secs`. Tasks already accepted wait and continue.
+    #[error("{reason}")]
+    Overloaded {
+        reason: String,
+        retry_after_secs: u64,
+    },
 }
 
 /// Whether the process can serve (`/readyz`).

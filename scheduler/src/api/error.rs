@@ -33,7 +33,7 @@ pub struct ApiError {
     challenge: Option<&'static str>,
     /// `Allow` for 405s, when known.
     allow: Option<HeaderValue>,
-    /// `Retry-After` in seconds for 429s.
+    /// `Retry-After` in seconds for 429s and overloaded 503s.
     retry_after: Option<u64>,
 }
 
@@ -141,6 +141,13 @@ impl From<ServiceError> for ApiError {
                 e.retry_after = Some(retry_after_secs);
                 e
             }
+            ServiceError::Overloaded {
+                retry_after_secs, ..
+            } => {
+                let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message);
+                e.retry_after = Some(retry_after_secs);
+                e
+            }
         }
     }
 }
@@ -173,6 +180,14 @@ mod tests {
                 429,
                 "busy",
             ),
+            (
+                ServiceError::Overloaded {
+                    reason: "redis full".into(),
+                    retry_after_secs: 3,
+                },
+                503,
+                "overloaded",
+            ),
         ];
         for (e, status, code) in cases {
             let api = ApiError::from(e.clone());
@@ -181,7 +196,7 @@ mod tests {
             assert_eq!(api.message, e.to_string());
             let response = api.into_response();
             let retry_after = response.headers().get(RETRY_AFTER);
-            if status == 429 {
+            if code == "busy" || code == "overloaded" {
                 assert_eq!(retry_after.and_then(|v| v.to_str().ok()), Some("3"));
             } else {
                 assert!(retry_after.is_none(), "{e:?}");

@@ -450,9 +450,21 @@ async fn sweep_loop(sweeper: Sweeper, interval: Duration, stop: CancellationToke
     every(Instant::now(), interval, stop, || sweeper.sweep()).await;
 }
 
+/// A store failure as the API answers it: a store out of memory is back-pressure (retry after a
+/// while), anything else a backend that is down.
 fn unavailable(e: StoreError) -> ServiceError {
-    ServiceError::Unavailable(e.to_string())
+    match e {
+        StoreError::Full(_) => ServiceError::Overloaded {
+            reason: e.to_string(),
+            retry_after_secs: OVERLOADED_RETRY_AFTER_SECS,
+        },
+        e => ServiceError::Unavailable(e.to_string()),
+    }
 }
+
+/// What an overloaded backend asks clients to wait before submitting again: long enough for an
+/// operator's alert to fire, short enough that intake resumes soon after the pressure eases.
+pub(crate) const OVERLOADED_RETRY_AFTER_SECS: u64 = 30;
 
 #[cfg(test)]
 mod fixture;
