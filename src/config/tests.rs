@@ -250,6 +250,14 @@ fn every_validation_error_names_its_key() {
             "config key broker.url = \"amqp://rabbit:56x2\" has port `56x2`",
         ),
         (
+            "[broker]\nurl = \"amqp://u:hunter22@rabbit-1:5672,,rabbit-3:5672/%2f\"",
+            "config key broker.url = \"amqp://u:[REDACTED]@rabbit-1:5672,,rabbit-3:5672/%2f\" has an empty entry in its node list; separate nodes with one comma each",
+        ),
+        (
+            "[broker]\nurl = \"amqp://rabbit-1,rabbit-2:5x72\"",
+            "config key broker.url = \"amqp://rabbit-1,rabbit-2:5x72\" has port `5x72`, which is not a number 1–65535, in node `rabbit-2:5x72`",
+        ),
+        (
             "[broker]\nurl = \"rabbit\"",
             "config key broker.url = \"rabbit\" is not a URL",
         ),
@@ -1026,6 +1034,22 @@ fn debug_never_shows_secrets() {
         "https://[REDACTED]@github.com/o/r"
     );
     assert_eq!(super::validate::redact_url("no url"), "no url");
+}
+
+#[test]
+fn a_broker_url_may_list_a_clusters_nodes() {
+    let url = "amqp://user:hunter22@rabbit-0:5672,rabbit-1:5672,rabbit-2/verdict";
+    let c = ok(&format!("[broker]\nurl = \"{url}\"\n{BASE}"), &[]);
+    assert_eq!(c.broker.url, url);
+    assert_eq!(
+        c.broker.redacted_url(),
+        "amqp://user:[REDACTED]@rabbit-0:5672,rabbit-1:5672,rabbit-2/verdict"
+    );
+    let c = ok(
+        BASE,
+        &[("VERDICT_BROKER__URL", "amqps://u:p@a:5671,b:5671/%2f")],
+    );
+    assert_eq!(c.broker.url, "amqps://u:p@a:5671,b:5671/%2f");
 }
 
 #[test]

@@ -633,13 +633,11 @@ fn broker(raw: raw::RawBroker, ctx: &Ctx<'_>) -> Result<BrokerConfig, ConfigErro
     let url = ctx
         .text("broker.url", raw.url)?
         .unwrap_or_else(|| d::BROKER_URL.to_owned());
-    check_url(
-        ctx,
-        "broker.url",
-        &url,
-        &["amqp", "amqps"],
-        "amqp://user:password@rabbitmq:5672/%2f",
-    )?;
+    // The broker's own reading of the URL and its node list (`amqp://u:p@h1,h2:5673/vhost`):
+    // refused here exactly as the broker would refuse it, before anything connects.
+    if let Some(problem) = verdict_backends::broker::amqp::url_problem(&url) {
+        return Err(ctx.err("broker.url", Some(quote(&url)), problem));
+    }
     let prefix = ctx
         .text("broker.prefix", raw.prefix)?
         .unwrap_or_else(|| d::BROKER_PREFIX.to_owned());
