@@ -212,6 +212,12 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
+/// What is wrong with `url` as a `redis.url` (a node list without ports, a Sentinel form that
+/// names no service, …), in words that name the fix; `None` when it reads.
+pub fn url_problem(url: &str) -> Option<String> {
+    Deployment::parse(url).err()
+}
+
 /// The URL with its password (userinfo, as every URL in verdict, or a `pass`/`password` query
 /// parameter) hidden.
 pub fn redact_url(url: &str) -> String {
