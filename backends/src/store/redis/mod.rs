@@ -338,6 +338,14 @@ fn never_ran(e: &RedisError) -> bool {
         )
 }
 
+/// How many redirects one attempt follows before it counts as failed.
+const MAX_REDIRECTS: u32 = 5;
+
+/// A cluster node's answer that the key's slot is served elsewhere (`MOVED`, `ASK`).
+fn is_redirect(e: &RedisError) -> bool {
+    matches!(e.code(), Some("MOVED" | "ASK"))
+}
+
 /// Redis refused a write because it reached `maxmemory` (with the `noeviction` policy verdict
 /// needs): retrying at once would only be refused again.
 fn is_out_of_memory(e: &RedisError) -> bool {
@@ -495,16 +503,27 @@ impl RedisStore {
         let timeout = self.inner.config.command_timeout;
         let attempt = || async {
             let exchange = async {
-                let conn = self
-                    .inner
-                    .links
-                    .commands()
-                    .await
-                    .map_err(Failure::Connect)?;
-                command(conn.clone()).await.map_err(|e| {
-                    self.inner.links.failed(&conn, &e);
-                    Failure::Redis(e)
-                })
+                let mut redirects = 0;
+                loop {
+                    let conn = self
+                        .inner
+                        .links
+                        .commands()
+                        .await
+                        .map_err(Failure::Connect)?;
+                    match command(conn.clone()).await {
+                        Ok(value) => return Ok(value),
+                        // A cluster node answered that another serves the slot: the command
+                        // did not run, and the connection refreshes its slot map before it
+                        // sends the next one, so follow at once (after a failover a stale map
+                        // takes a few tries), within this attempt's time.
+                        Err(e) if is_redirect(&e) && redirects < MAX_REDIRECTS => redirects += 1,
+                        Err(e) => {
+                            self.inner.links.failed(&conn, &e);
+                            return Err(Failure::Redis(e));
+                        }
+                    }
+                }
             };
             match tokio::time::timeout(timeout, exchange).await {
                 Ok(result) => result,
