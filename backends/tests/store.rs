@@ -23,10 +23,10 @@ use tokio::time::{Instant, timeout};
 use verdict_backends::store::memory::MemoryStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_backends::store::{
-    Account, BudgetLedger, CachedAnswer, CallKey, CancelSignals, Claim, DocumentStore, EventLog,
-    EventSink, InputError, InputStore, Liveness, Reservation, ResponseCache, ResponseJournal,
-    ResultStore, Sealing, StageState, Standing, StoreError, TaskArchive, TranscriptStore,
-    content_hash, event, resolve,
+    Account, BudgetLedger, CachedAnswer, CallKey, CancelSignals, Capacity, Claim, DocumentStore,
+    EventLog, EventSink, InputError, InputStore, Liveness, Reservation, ResponseCache,
+    ResponseJournal, ResultStore, Sealing, StageState, Standing, StoreError, TaskArchive,
+    TranscriptStore, content_hash, event, resolve,
 };
 use verdict_proto::budget::{Amount, Limit};
 use verdict_proto::chat::{ChatResponse, FinishReason, TokenUsage};
@@ -1421,6 +1421,90 @@ async fn redis_outage_is_survived_without_recreating_the_store() {
             "the cancel subscription did not come back"
         );
     }
+}
+
+/// A Redis near its `maxmemory` reports pressure (new work should wait) before it refuses
+/// writes; at the limit a write is `Full`, naming the fix, not an outage; with room again both
+/// clear. On a private server whose limit the test sets.
+#[tokio::test]
+async fn redis_near_and_at_maxmemory_is_pressure_then_full_then_clear() {
+    let port = free_port();
+    let _server = PrivateRedis::start(port).await;
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut config = RedisConfig::new(url.clone());
+    config.prefix = "full:".into();
+    config.intake_memory_percent = 80;
+    let store = RedisStore::connect(config).await.unwrap();
+    let mut raw = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let used = |info: String| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let limit = used(info) + 4 * 1024 * 1024;
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(limit)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.pressure(),
+        None,
+        "nothing measured yet, nothing held back"
+    );
+
+    // Fill it with distinct stage inputs (incompressible) until a write is refused.
+    let mut full = None;
+    for _ in 0..4096 {
+        let bytes: Vec<u8> = (0..64 * 1024).map(|_| rand::random::<u8>()).collect();
+        if let Err(e) = InputStore::put(&store, &bytes).await {
+            full = Some(e.to_string());
+            break;
+        }
+    }
+    let full = full.expect("a write refused at maxmemory");
+    assert!(
+        full.contains("maxmemory") && full.contains("noeviction"),
+        "{full}"
+    );
+    eventually("the store to report pressure", || async {
+        store.pressure().is_some()
+    })
+    .await;
+    let pressure = store.pressure().unwrap();
+    assert!(
+        pressure.contains("redis.intake_memory_percent"),
+        "{pressure}"
+    );
+    // Reads still work when full.
+    assert!(ResultStore::get(&store, "t", "s").await.unwrap().is_none());
+
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    eventually("the pressure to clear", || async {
+        store.pressure().is_none()
+    })
+    .await;
+    store.record(&stage_result("t", "s", 1)).await.unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -315,6 +315,10 @@ fn every_validation_error_names_its_key() {
             "config key redis.record_ttl_seconds = 0 is too small",
         ),
         (
+            "[redis]\nintake_memory_percent = 101",
+            "config key redis.intake_memory_percent = 101 is out of range 1–100",
+        ),
+        (
             "[redis]\ninput_ttl_seconds = -1",
             "config key redis.input_ttl_seconds = -1 is too small",
         ),

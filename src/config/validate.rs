@@ -775,6 +775,13 @@ fn redis(raw: raw::RawRedis, ctx: &Ctx<'_>) -> Result<RedisConfig, ConfigError> 
             d::INPUT_TTL_SECONDS,
             1,
         )?,
+        intake_memory_percent: ctx.num(
+            "redis.intake_memory_percent",
+            raw.intake_memory_percent,
+            d::INTAKE_MEMORY_PERCENT,
+            1,
+            Some(100),
+        )?,
     })
 }
 

@@ -48,6 +48,7 @@ mod archive;
 mod budget;
 mod cache;
 mod cancel;
+mod capacity;
 mod documents;
 mod events;
 mod inputs;
@@ -105,6 +106,9 @@ pub struct RedisConfig {
     pub event_ttl: Duration,
     /// Upper bound on one command attempt, including waiting for a reconnect. Default 2 s.
     pub command_timeout: Duration,
+    /// Above this share of `maxmemory` on any primary (1–100 %), the store reports pressure
+    /// and new tasks wait, so the accepted ones keep room to finish. Default 90.
+    pub intake_memory_percent: u8,
 }
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
@@ -125,6 +129,7 @@ impl Default for RedisConfig {
             event_stream_maxlen: 10_000,
             event_ttl: 14 * DAY,
             command_timeout: Duration::from_secs(2),
+            intake_memory_percent: 90,
         }
     }
 }
@@ -176,6 +181,13 @@ impl RedisConfig {
                 "redis.event_stream_maxlen must be at least 1".into(),
             ));
         }
+        if !(1..=100).contains(&self.intake_memory_percent) {
+            return Err(StoreError::Config(format!(
+                "redis.intake_memory_percent = {} must be 1-100 (the share of maxmemory above \
+                 which new tasks wait)",
+                self.intake_memory_percent
+            )));
+        }
         if self.prefix.contains(['{', '}']) {
             // A brace in the prefix would become every key's hash tag: the whole deployment in
             // one cluster slot.
@@ -208,6 +220,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("event_stream_maxlen", &self.event_stream_maxlen)
             .field("event_ttl", &self.event_ttl)
             .field("command_timeout", &self.command_timeout)
+            .field("intake_memory_percent", &self.intake_memory_percent)
             .finish()
     }
 }
@@ -264,6 +277,8 @@ struct Inner {
     /// Idle connections for blocking reads, reused so a follower does not connect per poll.
     blocking: Mutex<Vec<Conn>>,
     cancel_feed: Mutex<Option<cancel::Feed>>,
+    /// The memory watch, started by the first [`crate::store::Capacity::pressure`] question.
+    memory_watch: Mutex<Option<capacity::Reading>>,
     /// Stops background tasks (the cancellation subscription) when the last clone is dropped.
     shutdown: CancellationToken,
     secrets: Vec<String>,
@@ -397,6 +412,7 @@ impl RedisStore {
                 links: Arc::new(links),
                 blocking: Mutex::new(Vec::new()),
                 cancel_feed: Mutex::new(None),
+                memory_watch: Mutex::new(None),
                 shutdown: CancellationToken::new(),
                 secrets,
             }),
