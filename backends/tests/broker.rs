@@ -9,8 +9,8 @@
 //! settling exactly once; dropped deliveries and dropped subscriptions; the delivery limit and
 //! explicit dead letters with their reasons, and both consumed from the dead-letter route with
 //! their reasons; delayed publishing (never early, then delivered);
-//! many publishers at once; health; graceful shutdown with and without leftovers; the counts of
-//! waiting messages and consumers a queue reports.
+//! many publishers at once; health and no pressure while publishing flows; graceful shutdown
+//! with and without leftovers; the counts of waiting messages and consumers a queue reports.
 //!
 //! RabbitMQ-only behaviour (topology, AMQP properties on the wire, unroutable messages,
 //! reconnects, stale acks after a recovery) is in `broker_amqp.rs`; what only the memory broker
@@ -250,6 +250,8 @@ async fn publish_then_consume_in_order_with_body_and_headers(h: &Harness) {
         assert_eq!(delivery.delivery_count, Some(0));
         assert_eq!(delivery.acker.ack().await.unwrap(), AckStatus::Done);
     }
+    // Nothing held publishing back: no pressure to report.
+    assert_eq!(broker.pressure(), None);
 }
 
 /// Each route receives only its own messages: after its own message comes its own end marker,

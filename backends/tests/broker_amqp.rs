@@ -516,3 +516,100 @@ async fn publishing_gives_up_after_the_publish_timeout() {
     proxy.restore();
     broker.close().await;
 }
+
+/// A broker URL listing `addresses` as the nodes of one cluster.
+fn cluster_url(addresses: &[&str]) -> String {
+    url(&addresses.join(","))
+}
+
+/// Two "nodes" (proxies to the one RabbitMQ): losing the node the broker is connected to moves
+/// both connections to the other; consumers consume again, what was held comes back, publishing
+/// goes on.
+#[tokio::test]
+async fn a_lost_node_moves_both_connections_to_the_next_one() {
+    let (mut config, _cleanup) = config(|_| {});
+    let proxies = [Proxy::start().await, Proxy::start().await];
+    config.url = cluster_url(&[&proxies[0].address, &proxies[1].address]);
+    let broker = Arc::new(AmqpBroker::connect(config).await.unwrap());
+    let (Some(publishing), Some(consuming)) = broker.connected_nodes() else {
+        panic!("not connected: {:?}", broker.connected_nodes());
+    };
+    assert_eq!(publishing, consuming, "both connections start on one node");
+    let lost = proxies
+        .iter()
+        .position(|p| p.address == publishing)
+        .unwrap();
+    let other = proxies[1 - lost].address.clone();
+
+    let mut deliveries = broker.consume(INTERACTIVE, 5).await.unwrap();
+    broker.publish(INTERACTIVE, &message("held")).await.unwrap();
+    let held = next(&mut deliveries).await;
+
+    let cut_at = Instant::now();
+    proxies[lost].cut();
+    eventually("both connections to move to the other node", || async {
+        broker.connected_nodes() == (Some(other.clone()), Some(other.clone()))
+    })
+    .await;
+    let moved_after = cut_at.elapsed();
+    assert_eq!(held.acker.ack().await.unwrap(), AckStatus::Stale);
+    broker
+        .publish(INTERACTIVE, &message("after"))
+        .await
+        .unwrap();
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let delivery = next(&mut deliveries).await;
+        bodies.push(body(&delivery));
+        assert_eq!(delivery.acker.ack().await.unwrap(), AckStatus::Done);
+    }
+    bodies.sort();
+    assert_eq!(bodies, [body_of("after"), body_of("held")]);
+    eventually("health to recover", || async {
+        let health = broker.health();
+        health.connected && health.consumers_alive
+    })
+    .await;
+    eprintln!("moved to the next node {moved_after:?} after the cut");
+    broker.close().await;
+}
+
+/// Start-up passes over nodes that refuse, whichever node it starts with, and fails only when
+/// every node refuses, naming each without the password.
+#[tokio::test]
+async fn start_up_needs_one_node_of_the_list() {
+    let (mut config, _cleanup) = config(|_| {});
+    let dead = [
+        format!("127.0.0.1:{}", support::redis::free_port()),
+        format!("127.0.0.1:{}", support::redis::free_port()),
+    ];
+    for _ in 0..4 {
+        config.url = cluster_url(&[&dead[0], RABBIT, &dead[1]]);
+        let broker = AmqpBroker::connect(config.clone()).await.unwrap();
+        let rabbit = Some(RABBIT.to_owned());
+        assert_eq!(broker.connected_nodes(), (rabbit.clone(), rabbit));
+        broker.close().await;
+    }
+
+    config.url = format!("amqp://guest:s3cret-pw@{},{}/%2f", dead[0], dead[1]);
+    let error = AmqpBroker::connect(config).await.unwrap_err();
+    let BrokerError::Connect { reason, .. } = &error else {
+        panic!("expected a connect error, got {error:?}");
+    };
+    assert!(
+        reason.contains(&dead[0]) && reason.contains(&dead[1]),
+        "{reason}"
+    );
+    assert!(!error.to_string().contains("s3cret-pw"), "{error}");
+}
+
+#[tokio::test]
+async fn a_malformed_node_list_is_refused_before_connecting() {
+    let (mut config, _cleanup) = config(|_| {});
+    config.url = format!("amqp://guest:s3cret-pw@{RABBIT},,{RABBIT}/%2f");
+    let error = AmqpBroker::connect(config).await.unwrap_err();
+    assert!(matches!(error, BrokerError::Url { .. }), "{error:?}");
+    let text = error.to_string();
+    assert!(text.contains("empty entry in its node list"), "{text}");
+    assert!(!text.contains("s3cret-pw"), "{text}");
+}

@@ -13,6 +13,9 @@
 //!   3.10's quorum queues do the same, but no RabbitMQ version promises it.)
 //! - `publish_delayed` waits exactly `delay` (no buckets).
 //! - Prefetch 0 (AMQP's "unlimited") is capped at 256 unsettled deliveries.
+//! - Nothing holds publishing back unless a test says so ([`MemoryBroker::set_pressure`]); then
+//!   every publish fails at once with [`BrokerError::Blocked`], where RabbitMQ would first wait
+//!   for its publish deadline.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -50,6 +53,8 @@ struct State {
     phase: Phase,
     /// The number of held deliveries, watched by shutdown.
     outstanding: watch::Sender<usize>,
+    /// Why publishing is held back, as [`MemoryBroker::set_pressure`] said.
+    pressure: Option<String>,
 }
 
 /// Where the broker is in its life; it only moves forward.
@@ -108,6 +113,7 @@ impl MemoryBroker {
                 held: BTreeMap::new(),
                 phase: Phase::Open,
                 outstanding: watch::Sender::new(0),
+                pressure: None,
             })),
         }
     }
@@ -146,6 +152,14 @@ impl MemoryBroker {
         }
     }
 
+    /// Holds publishing back as a RabbitMQ resource alarm does, for tests of what callers do
+    /// then: while `reason` is `Some`, [`Broker::pressure`] reports it and every publish, delayed
+    /// publish and dead letter fails with [`BrokerError::Blocked`] carrying it; consuming and
+    /// settling go on. `None` lifts it.
+    pub fn set_pressure(&self, reason: Option<&str>) {
+        self.lock().pressure = reason.map(str::to_owned);
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
@@ -153,6 +167,7 @@ impl MemoryBroker {
     fn enqueue(&self, route: Route, mut message: Message) -> Result<(), BrokerError> {
         let mut state = self.lock();
         state.refuse_when_closed()?;
+        state.refuse_when_held_back(route)?;
         if route == Route::DeadLetters {
             let reason = message
                 .headers
@@ -176,6 +191,16 @@ impl MemoryBroker {
 }
 
 impl State {
+    fn refuse_when_held_back(&self, route: Route) -> Result<(), BrokerError> {
+        match &self.pressure {
+            Some(reason) => Err(BrokerError::Blocked {
+                route: format!("{route:?}"),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn refuse_when_closed(&self) -> Result<(), BrokerError> {
         if self.phase == Phase::Closed {
             return Err(BrokerError::Closed(
@@ -402,7 +427,11 @@ impl Broker for MemoryBroker {
         delay: Duration,
     ) -> BoxFuture<'a, Result<(), BrokerError>> {
         Box::pin(async move {
-            self.lock().refuse_when_closed()?;
+            {
+                let state = self.lock();
+                state.refuse_when_closed()?;
+                state.refuse_when_held_back(route)?;
+            }
             if route == Route::DeadLetters {
                 return Err(no_delayed_dead_letters());
             }
@@ -430,6 +459,7 @@ impl Broker for MemoryBroker {
         Box::pin(async move {
             let mut state = self.lock();
             state.refuse_when_closed()?;
+            state.refuse_when_held_back(Route::DeadLetters)?;
             state.bury(message.clone(), reason.to_owned());
             dispatch(&self.state, &mut state, Route::DeadLetters);
             Ok(())
@@ -478,6 +508,10 @@ impl Broker for MemoryBroker {
             connected: phase != Phase::Closed,
             consumers_alive: phase == Phase::Open,
         }
+    }
+
+    fn pressure(&self) -> Option<String> {
+        self.lock().pressure.clone()
     }
 
     /// Counts what waits on the route and the subscriptions still open on it.
@@ -649,6 +683,51 @@ mod tests {
         let d = deliveries.next().await.unwrap();
         assert_eq!(body(&d), "later");
         assert_eq!(start.elapsed(), Duration::from_secs(30));
+    }
+
+    #[tokio::test]
+    async fn pressure_refuses_publishing_while_consuming_and_settling_go_on() {
+        let broker = MemoryBroker::new();
+        assert_eq!(broker.pressure(), None);
+        broker
+            .publish(INTERACTIVE, &message("before"))
+            .await
+            .unwrap();
+        let mut deliveries = broker.consume(INTERACTIVE, 1).await.unwrap();
+        let before = ready(&mut deliveries);
+
+        broker.set_pressure(Some("RabbitMQ resource alarm: low on memory"));
+        assert_eq!(
+            broker.pressure().as_deref(),
+            Some("RabbitMQ resource alarm: low on memory")
+        );
+        let refused = broker.publish(INTERACTIVE, &message("during")).await;
+        let Err(BrokerError::Blocked { reason, .. }) = &refused else {
+            panic!("expected Blocked, got {refused:?}");
+        };
+        assert_eq!(reason, "RabbitMQ resource alarm: low on memory");
+        assert!(refused.unwrap_err().is_retryable());
+        let delayed = broker
+            .publish_delayed(INTERACTIVE, &message("later"), Duration::from_secs(1))
+            .await;
+        assert!(
+            matches!(delayed, Err(BrokerError::Blocked { .. })),
+            "{delayed:?}"
+        );
+        let buried = broker.dead_letter(&message("bad"), "poison").await;
+        assert!(
+            matches!(buried, Err(BrokerError::Blocked { .. })),
+            "{buried:?}"
+        );
+        assert_eq!(before.acker.ack().await.unwrap(), AckStatus::Done);
+
+        broker.set_pressure(None);
+        assert_eq!(broker.pressure(), None);
+        broker
+            .publish(INTERACTIVE, &message("after"))
+            .await
+            .unwrap();
+        assert_eq!(body(&ready(&mut deliveries)), "after");
     }
 
     #[tokio::test]

@@ -139,8 +139,48 @@ pub enum BrokerError {
     },
     #[error("broker channel closed: {0}")]
     Closed(String),
+    /// RabbitMQ holds publishing back (a memory or disk alarm, `connection.blocked`) and did not
+    /// let go within the publish deadline. Retryable: publishing resumes once the alarm clears.
+    #[error(
+        "publishing to {route} was held back by the broker until the publish deadline ({reason}); \
+         free memory or disk on the RabbitMQ nodes or raise their watermark \
+         (vm_memory_high_watermark, disk_free_limit), then publish again"
+    )]
+    Blocked { route: String, reason: String },
+    /// The broker took the message but confirmed nothing within the publish deadline (a quorum
+    /// queue without a majority of its nodes, an overloaded node). The message may still arrive:
+    /// publish it again (at-least-once; consumers are idempotent, SPEC E7).
+    #[error(
+        "the broker did not confirm the message for {route} within {waited:?}; it may still \
+         arrive. Check that a majority of the RabbitMQ cluster's nodes is running, then publish \
+         again"
+    )]
+    Unconfirmed { route: String, waited: Duration },
+    /// The broker URL cannot be used; `url` is shown without its password.
+    #[error("broker URL {url} {problem}")]
+    Url { url: String, problem: String },
     #[error("broker: {0}")]
     Other(String),
+}
+
+impl BrokerError {
+    /// The same call may succeed later with nothing changed on this side: the broker was
+    /// unreachable, lost the connection, held publishing back or did not confirm in time. The
+    /// rest (topology, refusals, unroutable messages, bad URLs, caller bugs) fail the same way
+    /// until someone changes the configuration or the code.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            BrokerError::Connect { .. }
+            | BrokerError::Closed(_)
+            | BrokerError::Nacked { .. }
+            | BrokerError::Blocked { .. }
+            | BrokerError::Unconfirmed { .. } => true,
+            BrokerError::Topology(_)
+            | BrokerError::Unroutable { .. }
+            | BrokerError::Url { .. }
+            | BrokerError::Other(_) => false,
+        }
+    }
 }
 
 /// Liveness of the broker connection and its consumers, for readiness probes.
@@ -210,6 +250,15 @@ pub trait Broker: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'_, Result<Deliveries, BrokerError>>;
 
     fn health(&self) -> BrokerHealth;
+
+    /// Why the broker holds publishing back right now (e.g. "RabbitMQ resource alarm: low on
+    /// memory"), or `None` while publishes go through. While it is `Some`, a publish waits for
+    /// it to clear up to its deadline and then fails with [`BrokerError::Blocked`]; consuming and
+    /// settling go on. RabbitMQ tells a connection that it is blocked when it publishes during
+    /// an alarm, so a quiet publisher learns of an alarm with its next publish.
+    fn pressure(&self) -> Option<String> {
+        None
+    }
 
     /// How many messages wait on `route`'s queue and how many consumers it has, as the broker
     /// counts them now (RabbitMQ: a passive `queue.declare`). Gives up after

@@ -23,7 +23,7 @@ use lapin::{Channel, Consumer};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::link::Link;
+use super::link::{Link, Role};
 use super::{Shared, message};
 use crate::BoxFuture;
 use crate::broker::{AckStatus, Acknowledge, BrokerError, Deliveries, Delivery, Message, Route};
@@ -74,7 +74,7 @@ pub(super) async fn subscribe(
         ));
     }
     let deadline = Instant::now() + shared.config.publish_timeout;
-    let link = shared.wait_link(Some(deadline)).await?;
+    let link = shared.wait_link(Role::Consuming, Some(deadline)).await?;
     let live = match open(shared, &link, route, prefetch).await {
         Ok(live) => live,
         Err(error) if is_not_found(&error) => {
@@ -218,7 +218,7 @@ async fn run(
                     error = %shared.config.scrub(&error.to_string()),
                     "consumer channel failed; consuming again once connected"
                 );
-                shared.nudge();
+                shared.consuming.nudge();
                 redeclare = is_not_found(&error);
             }
         }
@@ -243,7 +243,7 @@ async fn reopen(
     redeclare: bool,
 ) -> Reopen {
     let link = tokio::select! {
-        link = shared.wait_link(None) => match link {
+        link = shared.wait_link(Role::Consuming, None) => match link {
             Ok(link) => link,
             Err(_) => return Reopen::Stop,
         },
@@ -267,7 +267,7 @@ async fn reopen(
                 queue = shared.topology.queue(route),
                 "consuming again failed; retrying"
             );
-            shared.nudge();
+            shared.consuming.nudge();
             Reopen::Retry {
                 redeclare: is_not_found(&error),
             }

@@ -1,10 +1,13 @@
 //! RabbitMQ behind the [`Broker`] trait (SPEC Q1, Q4, Q5), with lapin.
 //!
 //! # Layout
-//! - `config`: settings, validated once; the URL's password never leaves it unredacted.
+//! - `config`: settings, validated once; the URL's nodes; its password never leaves it
+//!   unredacted.
 //! - `topology`: every exchange, queue and binding, declared idempotently.
-//! - `link`: the connection and its supervisor (reconnect with backoff, re-declare).
-//! - `publish`: confirmed, `mandatory`, persistent publishing; returned messages are failures.
+//! - `link`: the publishing and the consuming connection, each with its supervisor (reconnect
+//!   with backoff through the nodes in turn, re-declare), and RabbitMQ's blocking of publishers.
+//! - `publish`: confirmed, `mandatory`, persistent publishing within a deadline; returned
+//!   messages are failures; a blocked connection is waited out, then a failure.
 //! - `consume`: subscriptions that survive reconnects and broker-side cancellations; ackers that
 //!   report stale acknowledgements.
 //! - `message`: the mapping between [`Message`] and AMQP properties and headers.
@@ -17,17 +20,18 @@ mod publish;
 mod topology;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use config::AmqpConfig;
+pub use config::{AmqpConfig, url_problem};
 
-use self::link::Link;
+use self::config::Node;
+use self::link::{LinkCell, Role};
 use self::publish::{Publisher, Target};
 use self::topology::{DELAY_HEADER, Topology};
 use super::{
@@ -40,8 +44,9 @@ use crate::BoxFuture;
 /// channel or the connection): closing must not hang until a heartbeat timeout.
 const GOODBYE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The RabbitMQ broker: one connection, a pool of confirm-mode publisher channels, one channel per
-/// subscription. Share it behind an `Arc`; every method takes `&self`.
+/// The RabbitMQ broker: a publishing connection with a pool of confirm-mode publisher channels,
+/// and a consuming connection with one channel per subscription, each to one node of the URL's
+/// list at a time. Share it behind an `Arc`; every method takes `&self`.
 pub struct AmqpBroker {
     shared: Arc<Shared>,
 }
@@ -49,12 +54,13 @@ pub struct AmqpBroker {
 /// What the broker's tasks share.
 struct Shared {
     config: AmqpConfig,
+    /// The URL's nodes, in the order written.
+    nodes: Vec<Node>,
     topology: Topology,
-    /// The current connection; `None` while reconnecting or after close.
-    link: watch::Sender<Option<Arc<Link>>>,
-    generation: AtomicU64,
-    /// Wakes the supervisor when a caller saw a connection error.
-    nudge: Notify,
+    /// Publisher channels, delayed publishes, declaring and deleting the topology.
+    publishing: LinkCell,
+    /// Subscriptions and their acknowledgements, dead letters taken, queue counts.
+    consuming: LinkCell,
     /// Confirm-mode channels, each with at most one unconfirmed publish (see `publish`).
     publishers: Vec<tokio::sync::Mutex<Option<Publisher>>>,
     /// Where the next publish starts looking for a free channel.
@@ -62,8 +68,6 @@ struct Shared {
     subscriptions: Mutex<Vec<Arc<consume::Subscription>>>,
     /// Subscription tasks, joined on shutdown.
     tasks: Mutex<Vec<JoinHandle<()>>>,
-    /// The connection supervisor, joined on close.
-    supervisor: Mutex<Option<JoinHandle<()>>>,
     /// Channels whose consumers were cancelled by shutdown, kept open so the application can
     /// still settle what it holds.
     parked: Mutex<Vec<lapin::Channel>>,
@@ -76,46 +80,61 @@ struct Shared {
 }
 
 impl AmqpBroker {
-    /// Connects, declares the topology and starts the connection supervisor. Fails fast (no
-    /// retries) so a wrong URL, wrong credentials or a conflicting topology surface at start-up;
-    /// once connected, connection losses are recovered in the background.
+    /// Connects (publishing, then consuming), declares the topology and starts the connections'
+    /// supervisors. Each connection tries the URL's nodes in turn, starting with a node chosen at
+    /// random so a pool's processes spread over the cluster; start-up fails when no node accepts
+    /// one of them. Fails fast otherwise (no retries) so a wrong URL, wrong credentials or a
+    /// conflicting topology surface at start-up; once connected, connection losses are recovered
+    /// in the background.
     pub async fn connect(config: AmqpConfig) -> Result<AmqpBroker, BrokerError> {
-        config.validate()?;
+        let nodes = config.validate()?;
         let publishers = (0..config.publish_channels)
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
+        let first_node = usize::try_from(rand::random::<u32>()).unwrap_or(0) % nodes.len().max(1);
         let shared = Arc::new(Shared {
             topology: Topology::new(&config),
             config,
-            link: watch::Sender::new(None),
-            generation: AtomicU64::new(1),
-            nudge: Notify::new(),
+            nodes,
+            publishing: LinkCell::new(Role::Publishing, first_node),
+            consuming: LinkCell::new(Role::Consuming, first_node),
             publishers,
             next_publisher: AtomicUsize::new(0),
             subscriptions: Mutex::new(Vec::new()),
             tasks: Mutex::new(Vec::new()),
-            supervisor: Mutex::new(None),
             parked: Mutex::new(Vec::new()),
             outstanding: Arc::new(watch::Sender::new(0)),
             stop_consuming: CancellationToken::new(),
             closing: CancellationToken::new(),
         });
-        let connection = link::establish(&shared).await?;
-        shared.link.send_replace(Some(Arc::new(Link {
-            generation: shared.generation.load(Ordering::SeqCst),
-            connection,
-        })));
-        let supervisor = tokio::spawn(link::supervise(Arc::clone(&shared)));
-        *shared
-            .supervisor
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(supervisor);
+        let broker = AmqpBroker { shared };
+        let shared = &broker.shared;
+        let publishing = link::start(shared, Role::Publishing).await?;
+        // Both on the node that answered: a node that refused publishing is not asked again.
+        shared.consuming.start_with(publishing.node_index);
+        if let Err(error) = link::start(shared, Role::Consuming).await {
+            broker.close().await;
+            return Err(error);
+        }
         tracing::info!(
             url = %shared.config.redacted_url(),
+            node = publishing.node,
+            nodes = shared.nodes.len(),
             prefix = shared.config.prefix,
             "connected to RabbitMQ"
         );
-        Ok(AmqpBroker { shared })
+        Ok(broker)
+    }
+
+    /// The nodes the publishing and the consuming connection are connected to now (`host:port`
+    /// as the URL lists them), `None` for one that is not connected: for operators and tests.
+    pub fn connected_nodes(&self) -> (Option<String>, Option<String>) {
+        let node = |cell: &LinkCell| {
+            cell.current()
+                .filter(|link| link.is_connected())
+                .map(|link| link.node.clone())
+        };
+        (node(&self.shared.publishing), node(&self.shared.consuming))
     }
 
     pub fn config(&self) -> &AmqpConfig {
@@ -150,7 +169,10 @@ impl AmqpBroker {
         max: usize,
     ) -> Result<Vec<(Message, String)>, BrokerError> {
         let deadline = tokio::time::Instant::now() + self.shared.config.publish_timeout;
-        let link = self.shared.wait_link(Some(deadline)).await?;
+        let link = self
+            .shared
+            .wait_link(Role::Consuming, Some(deadline))
+            .await?;
         let channel = link
             .connection
             .create_channel()
@@ -189,7 +211,10 @@ impl AmqpBroker {
     async fn declare_passively(&self, route: Route) -> Result<QueueStats, BrokerError> {
         let link = self
             .shared
-            .wait_link(Some(tokio::time::Instant::now() + QUEUE_STATS_TIMEOUT))
+            .wait_link(
+                Role::Consuming,
+                Some(tokio::time::Instant::now() + QUEUE_STATS_TIMEOUT),
+            )
             .await?;
         let channel = link
             .connection
@@ -223,7 +248,10 @@ impl AmqpBroker {
     /// already gone is skipped.
     pub async fn delete_topology(&self) -> Result<(), BrokerError> {
         let deadline = tokio::time::Instant::now() + self.shared.config.publish_timeout;
-        let link = self.shared.wait_link(Some(deadline)).await?;
+        let link = self
+            .shared
+            .wait_link(Role::Publishing, Some(deadline))
+            .await?;
         let t = &self.shared.topology;
         let mut queues = vec![
             t.queue(Route::Stages(verdict_proto::wire::Priority::Interactive)),
@@ -262,19 +290,12 @@ impl AmqpBroker {
         Ok(())
     }
 
-    /// Closes the connection at once: consumers stop, waiting publishes fail with
+    /// Closes both connections at once: consumers stop, waiting publishes fail with
     /// [`BrokerError::Closed`], unsettled deliveries go back to their queues.
     pub async fn close(&self) {
         self.shared.stop_consuming.cancel();
         self.shared.closing.cancel();
-        let mut tasks: Vec<_> = self.shared.lock_tasks().drain(..).collect();
-        tasks.extend(
-            self.shared
-                .supervisor
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
+        let tasks: Vec<_> = self.shared.lock_tasks().drain(..).collect();
         for task in tasks {
             let _ = task.await;
         }
@@ -298,10 +319,12 @@ impl AmqpBroker {
             });
         }
         let _ = tokio::time::timeout(GOODBYE_TIMEOUT, closes.join_all()).await;
-        if let Some(link) = self.shared.link.send_replace(None) {
-            let close = link.connection.close(200, "verdict shutting down".into());
-            let _ = tokio::time::timeout(GOODBYE_TIMEOUT, close).await;
-        }
+        // Together: a publishing connection that RabbitMQ blocks cannot send its close and
+        // takes the whole goodbye timeout.
+        tokio::join!(
+            self.shared.consuming.close(GOODBYE_TIMEOUT),
+            self.shared.publishing.close(GOODBYE_TIMEOUT),
+        );
     }
 
     async fn publish_message(
@@ -417,13 +440,10 @@ impl Broker for AmqpBroker {
         Box::pin(consume::subscribe(&self.shared, route, prefetch))
     }
 
+    /// Connected means both connections are.
     fn health(&self) -> BrokerHealth {
-        let connected = self
-            .shared
-            .link
-            .borrow()
-            .as_ref()
-            .is_some_and(|link| link.is_connected());
+        let connected =
+            self.shared.publishing.is_connected() && self.shared.consuming.is_connected();
         let consumers_alive = self
             .shared
             .subscriptions
@@ -436,6 +456,11 @@ impl Broker for AmqpBroker {
             connected,
             consumers_alive,
         }
+    }
+
+    /// What RabbitMQ said when it blocked the publishing connection, while it does.
+    fn pressure(&self) -> Option<String> {
+        self.shared.publishing.blocked_reason()
     }
 
     fn queue_stats(&self, route: Route) -> BoxFuture<'_, Result<QueueStats, BrokerError>> {

@@ -1,7 +1,9 @@
 //! Confirmed publishing (SPEC Q1): persistent, `mandatory`, a pool of publisher channels in confirm
 //! mode, and a returned message treated as the failure it is even though RabbitMQ confirms it with
-//! an ack. Outages are waited out up to `publish_timeout` (SPEC Q5): a publish either succeeds or
-//! returns an error, it is never dropped.
+//! an ack. Everything a publish waits for has one deadline, `publish_timeout` (SPEC Q5): the
+//! connection through an outage, RabbitMQ lifting a resource alarm that blocks the publishing
+//! connection, the confirm. A publish either succeeds or returns an error, it is never dropped
+//! and never hangs; one that timed out waiting for its confirm may still arrive (at-least-once).
 //!
 //! Publishes are serialised per channel (one unconfirmed message on each): lapin hands a returned
 //! message to whichever confirm of that channel resolves next, and RabbitMQ may ack several
@@ -18,12 +20,17 @@ use lapin::{BasicProperties, Channel, Confirmation};
 use tokio::time::Instant;
 
 use super::Shared;
+use super::link::Role;
 use crate::broker::BrokerError;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// The pause before publishing again after a connection-level failure.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// How long a channel set aside after a publish timed out may take to close: long enough for a
+/// resource alarm to clear, after which lapin sends the close.
+const DISCARD_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The publisher channel of one connection generation.
 pub(super) struct Publisher {
@@ -47,6 +54,10 @@ pub(super) struct Target<'a> {
 }
 
 impl Shared {
+    /// Publishes on the publishing connection and waits for the confirm, all within
+    /// `publish_timeout`: an outage is waited out ([`BrokerError::Connect`] at the deadline), so
+    /// is RabbitMQ blocking the connection ([`BrokerError::Blocked`]), and a confirm that does
+    /// not come in time is [`BrokerError::Unconfirmed`] — the message may still arrive.
     pub(super) async fn publish_to(
         &self,
         target: Target<'_>,
@@ -57,32 +68,33 @@ impl Shared {
         let exchange = short(target.exchange)?;
         let routing_key = short(target.routing_key)?;
         loop {
-            let link = self.wait_link(Some(deadline)).await?;
+            let link = self.wait_link(Role::Publishing, Some(deadline)).await?;
+            // Nothing is sent while RabbitMQ blocks the connection: lapin would hold it (and
+            // every channel open) unwritten until the alarm clears.
+            self.wait_unblocked(&link, target.label, deadline).await?;
             let mut slot = self.free_publisher().await;
-            let channel = match slot.as_ref() {
+            let reuse = match slot.as_ref() {
                 Some(p) if p.generation == link.generation && p.channel.status().connected() => {
-                    p.channel.clone()
+                    Some(p.channel.clone())
                 }
-                _ => match open(&link.connection).await {
-                    Ok(channel) => {
+                _ => None,
+            };
+            let send = async {
+                let channel = match reuse {
+                    Some(channel) => channel,
+                    None => {
+                        let channel = open(&link.connection).await?;
                         *slot = Some(Publisher {
                             generation: link.generation,
                             channel: channel.clone(),
                         });
                         channel
                     }
-                    Err(error) => {
-                        drop(slot);
-                        self.retry_or_fail(&target, &error, deadline).await?;
-                        continue;
-                    }
-                },
-            };
-            let options = BasicPublishOptions {
-                mandatory: true,
-                ..BasicPublishOptions::default()
-            };
-            let confirmation = async {
+                };
+                let options = BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                };
                 channel
                     .basic_publish(
                         exchange.clone(),
@@ -93,8 +105,21 @@ impl Shared {
                     )
                     .await?
                     .await
-            }
-            .await;
+            };
+            let Ok(confirmation) = tokio::time::timeout_at(deadline, send).await else {
+                // The channel may still get this message's confirm or return, which would then
+                // be taken for the next publish's: it is not used again.
+                if let Some(publisher) = slot.take() {
+                    discard(publisher.channel);
+                }
+                if link.connection.status().blocked() {
+                    return Err(self.blocked(target.label));
+                }
+                return Err(BrokerError::Unconfirmed {
+                    route: target.label.to_owned(),
+                    waited: self.config.publish_timeout,
+                });
+            };
             match confirmation {
                 Ok(Confirmation::Ack(None)) => return Ok(()),
                 Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {
@@ -161,7 +186,7 @@ impl Shared {
         error: &lapin::Error,
         deadline: Instant,
     ) -> Result<(), BrokerError> {
-        self.nudge();
+        self.publishing.nudge();
         if Instant::now() >= deadline {
             return Err(BrokerError::Closed(self.config.scrub(&format!(
                 "publishing to {}: {error}; the connection did not recover within {:?}",
@@ -173,6 +198,15 @@ impl Shared {
         tokio::time::sleep_until(deadline.min(Instant::now() + RETRY_PAUSE)).await;
         Ok(())
     }
+}
+
+/// Closes a publisher channel in the background: while RabbitMQ blocks the connection the close
+/// cannot be sent, and no publish waits for it.
+fn discard(channel: Channel) {
+    tokio::spawn(async move {
+        let close = channel.close(200, "publish timed out".into());
+        let _ = tokio::time::timeout(DISCARD_TIMEOUT, close).await;
+    });
 }
 
 async fn open(connection: &lapin::Connection) -> Result<Channel, lapin::Error> {
