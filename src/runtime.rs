@@ -159,6 +159,7 @@ impl Assembly {
                 liveness: store.clone(),
                 transcripts: store.clone(),
                 archive: store.clone(),
+                capacity: store.clone(),
             },
             scheduler_settings(&self.config),
         ))
@@ -337,6 +338,7 @@ fn redis_config(config: &Config) -> RedisConfig {
     c.event_ttl = config.redis.event_ttl;
     c.document_ttl = Some(config.redis.record_ttl);
     c.input_ttl = config.redis.input_ttl;
+    c.intake_memory_percent = config.redis.intake_memory_percent;
     c
 }
 

@@ -540,3 +540,24 @@ async fn redis_slots() {
     let b = redis_store(REDIS_URL, &prefix).await;
     check_slots(&a, &b).await;
 }
+
+/// The limiter and the slots on a Redis Cluster of their own: a key's pause and buckets share
+/// the key's hash tag, so each script runs on one node.
+#[tokio::test]
+async fn redis_cluster_limiter_and_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = verdict_testkit::services::RedisCluster::start(
+        &dir.path().join("data"),
+        &dir.path().join("logs"),
+    )
+    .await;
+    let prefix = fresh_prefix();
+    let handles = Handles {
+        a: Arc::new(redis_store(&cluster.url(), &prefix).await),
+        b: Arc::new(redis_store(&cluster.url(), &prefix).await),
+    };
+    check_all(&handles).await;
+    let a = redis_store(&cluster.url(), &prefix).await;
+    let b = redis_store(&cluster.url(), &prefix).await;
+    check_slots(&a, &b).await;
+}

@@ -5,7 +5,8 @@
 //! marks and notices, compare-and-set documents and id sets, content-addressed inputs, the
 //! response journal, and transcripts read back per task. Redis-only checks cover TTLs,
 //! stored-data corruption and outage recovery (on a private `redis-server` that the test kills
-//! and restarts).
+//! and restarts). The whole suite runs again on a private Redis Cluster (three primaries, three
+//! replicas) and a private Sentinel deployment, each with a primary killed under a store in use.
 //!
 //! Every Redis test uses its own key prefix and deletes it afterwards, so tests run in parallel.
 
@@ -22,10 +23,10 @@ use tokio::time::{Instant, timeout};
 use verdict_backends::store::memory::MemoryStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
 use verdict_backends::store::{
-    Account, BudgetLedger, CachedAnswer, CallKey, CancelSignals, Claim, DocumentStore, EventLog,
-    EventSink, InputError, InputStore, Liveness, Reservation, ResponseCache, ResponseJournal,
-    ResultStore, Sealing, StageState, Standing, StoreError, TaskArchive, TranscriptStore,
-    content_hash, event, resolve,
+    Account, BudgetLedger, CachedAnswer, CallKey, CancelSignals, Capacity, Claim, DocumentStore,
+    EventLog, EventSink, InputError, InputStore, Liveness, Reservation, ResponseCache,
+    ResponseJournal, ResultStore, Sealing, StageState, Standing, StoreError, TaskArchive,
+    TranscriptStore, content_hash, event, resolve,
 };
 use verdict_proto::budget::{Amount, Limit};
 use verdict_proto::chat::{ChatResponse, FinishReason, TokenUsage};
@@ -35,6 +36,7 @@ use verdict_proto::wire::{EventType, InputContent, InputRef, StageKind, StageRes
 
 use support::redis::{PrivateRedis, free_port};
 use support::wait::{PROMPTLY, eventually};
+use verdict_testkit::services::redis::{RedisCluster, RedisSentinel};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379";
 
@@ -1419,4 +1421,290 @@ async fn redis_outage_is_survived_without_recreating_the_store() {
             "the cancel subscription did not come back"
         );
     }
+}
+
+/// A Redis near its `maxmemory` reports pressure (new work should wait) before it refuses
+/// writes; at the limit a write is `Full`, naming the fix, not an outage; with room again both
+/// clear. On a private server whose limit the test sets.
+#[tokio::test]
+async fn redis_near_and_at_maxmemory_is_pressure_then_full_then_clear() {
+    let port = free_port();
+    let _server = PrivateRedis::start(port).await;
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut config = RedisConfig::new(url.clone());
+    config.prefix = "full:".into();
+    config.intake_memory_percent = 80;
+    let store = RedisStore::connect(config).await.unwrap();
+    let mut raw = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let used = |info: String| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let limit = used(info) + 4 * 1024 * 1024;
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(limit)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.pressure(),
+        None,
+        "nothing measured yet, nothing held back"
+    );
+
+    // Fill it with distinct stage inputs (incompressible) until a write is refused.
+    let mut full = None;
+    for _ in 0..4096 {
+        let bytes: Vec<u8> = (0..64 * 1024).map(|_| rand::random::<u8>()).collect();
+        if let Err(e) = InputStore::put(&store, &bytes).await {
+            full = Some(e.to_string());
+            break;
+        }
+    }
+    let full = full.expect("a write refused at maxmemory");
+    assert!(
+        full.contains("maxmemory") && full.contains("noeviction"),
+        "{full}"
+    );
+    eventually("the store to report pressure", || async {
+        store.pressure().is_some()
+    })
+    .await;
+    let pressure = store.pressure().unwrap();
+    assert!(
+        pressure.contains("redis.intake_memory_percent"),
+        "{pressure}"
+    );
+    // Reads still work when full.
+    assert!(ResultStore::get(&store, "t", "s").await.unwrap().is_none());
+
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    eventually("the pressure to clear", || async {
+        store.pressure().is_none()
+    })
+    .await;
+    store.record(&stage_result("t", "s", 1)).await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis Cluster and Sentinel: the same checks on deployments of their own, and a primary killed
+// under a store in use
+
+/// Every conformance check on `store`: claims, results, events (ordered, capped, followers
+/// woken), cancels, documents and sets, inputs, the journal, the cache, transcripts, leases,
+/// budgets and sealing.
+async fn check_everything_on(store: &RedisStore, until_parked: impl AsyncFn()) {
+    check_claims(store).await;
+    check_claim_expiry(store).await;
+    check_inspect(store).await;
+    check_record_first_wins(store).await;
+    check_event_order(store).await;
+    check_wait_wakes(Arc::new(store.clone()), until_parked).await;
+    check_cancel(store).await;
+    check_documents(store).await;
+    check_sets(store).await;
+    check_concurrent_cas(Arc::new(store.clone())).await;
+    check_inputs(store).await;
+    check_journal(store).await;
+    check_response_cache(store).await;
+    check_transcripts(store).await;
+    check_liveness(Arc::new(store.clone())).await;
+    check_budget_ledger(Arc::new(store.clone())).await;
+    assert_eq!(check_sealing(store).await, Sealing::Sealed);
+    let mut capped = store.config().clone();
+    capped.event_stream_maxlen = 10;
+    check_maxlen(&RedisStore::connect(capped).await.unwrap()).await;
+}
+
+/// Waits until some client on one of `ports` is blocked in `XREAD` (the follower of
+/// `check_wait_wakes`; the deployment is this test's alone).
+async fn until_xread_on(ports: &[u16]) {
+    eventually("the follower to block in XREAD", || async {
+        for port in ports {
+            let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+                continue;
+            };
+            let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+                continue;
+            };
+            let clients: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            if clients.contains("cmd=xread") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+}
+
+/// Records a result for task after task until `stop` says so, and returns the tasks whose
+/// record was acknowledged and how many were refused (a primary down) on the way.
+async fn record_until(
+    store: &RedisStore,
+    phase: &str,
+    stop: impl Fn(usize) -> bool,
+) -> (Vec<String>, usize) {
+    let mut acknowledged = Vec::new();
+    let mut refused = 0;
+    let mut i = 0u64;
+    while !stop(acknowledged.len()) {
+        let task = format!("{phase}-{i}");
+        match store.record(&stage_result(&task, "s", i)).await {
+            Ok(_) => acknowledged.push(task),
+            Err(e) => {
+                assert!(e.is_retryable(), "a failover is an outage, not {e}");
+                refused += 1;
+            }
+        }
+        i += 1;
+    }
+    (acknowledged, refused)
+}
+
+/// Waits until every replica of the primary on `port` has acknowledged all it was sent
+/// (`INFO replication`: each replica's `offset=` equals `master_repl_offset`).
+async fn await_replicated(port: u16) {
+    eventually("the replicas to catch up", || async {
+        let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+            return false;
+        };
+        let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+            return false;
+        };
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_default();
+        let field = |line: &str, name: &str| {
+            line.split([',', ':'])
+                .find_map(|part| part.strip_prefix(name).map(str::to_owned))
+        };
+        let primary = info.lines().find_map(|l| {
+            l.strip_prefix("master_repl_offset:")
+                .map(str::trim)
+                .map(str::to_owned)
+        });
+        let replicas: Vec<String> = info
+            .lines()
+            .filter(|l| l.starts_with("slave"))
+            .filter_map(|l| field(l, "offset="))
+            .collect();
+        !replicas.is_empty() && replicas.iter().all(|r| Some(r) == primary.as_ref())
+    })
+    .await;
+}
+
+/// Every acknowledged result reads back.
+async fn assert_all_recorded(store: &RedisStore, tasks: &[String]) {
+    for task in tasks {
+        let state = store.inspect(task, "s").await.unwrap();
+        assert!(matches!(state, StageState::Done(_)), "{task}: {state:?}");
+    }
+}
+
+#[tokio::test]
+async fn redis_cluster_conformance_and_a_killed_primary() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = RedisCluster::start(&dir.path().join("data"), &dir.path().join("logs")).await;
+    let mut config = RedisConfig::new(cluster.url());
+    config.prefix = "cluster-test:".to_owned();
+    let store = RedisStore::connect(config).await.unwrap();
+    let ports = cluster.node_ports();
+    check_everything_on(&store, async || until_xread_on(&ports).await).await;
+
+    // One task's keys share its slot, so they live on one primary.
+    let tagged = cluster.primary_for_key("cluster-test:result:{t3}:s").await;
+    assert_eq!(
+        cluster.primary_for_key("cluster-test:events:{t3}").await,
+        tagged
+    );
+    assert_eq!(
+        cluster.primary_for_key("cluster-test:archive:{t3}").await,
+        tagged
+    );
+
+    // A primary killed while results are being recorded: the store answers "unavailable" while
+    // its slots have no primary, then carries on with the same connections once a replica took
+    // over, and nothing it acknowledged is gone.
+    let (before, _) = record_until(&store, "before", |n| n >= 50).await;
+    let victim = cluster
+        .primary_for_key("cluster-test:result:{before-0}:s")
+        .await;
+    // Replication is asynchronous: what the primary acknowledged a moment before dying may be
+    // lost with it (the sweeper's to recover). Here the kill waits for the replica to have it.
+    await_replicated(victim).await;
+    cluster.kill(victim).await;
+    let (during, _) = record_until(&store, "during", |n| n >= 50).await;
+    cluster.await_failover(victim).await;
+    let (after, refused) = record_until(&store, "after", |n| n >= 50).await;
+    assert_eq!(refused, 0, "every primary serves again after the failover");
+    assert_all_recorded(&store, &before).await;
+    assert_all_recorded(&store, &during).await;
+    assert_all_recorded(&store, &after).await;
+    // The cancellation feed follows too: a notice published now reaches a subscriber.
+    let mut notices = store.subscribe().await.unwrap();
+    store.request_cancel("after-failover").await.unwrap();
+    assert_eq!(
+        timeout(PROMPTLY, notices.recv()).await.unwrap().unwrap(),
+        "after-failover"
+    );
+    assert!(store.purge().await.unwrap() >= 150);
+    for port in cluster.primaries().await {
+        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let left: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+        assert_eq!(left, 0, "purge reaches every primary, 127.0.0.1:{port} too");
+    }
+}
+
+#[tokio::test]
+async fn redis_sentinel_conformance_and_a_failover() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sentinel =
+        RedisSentinel::start(&dir.path().join("data"), &dir.path().join("logs")).await;
+    let mut config = RedisConfig::new(sentinel.url());
+    config.prefix = "sentinel-test:".to_owned();
+    let store = RedisStore::connect(config).await.unwrap();
+    let ports = sentinel.data_ports();
+    check_everything_on(&store, async || until_xread_on(&ports).await).await;
+
+    let (before, _) = record_until(&store, "before", |n| n >= 50).await;
+    await_replicated(sentinel.primary_port().await).await;
+    sentinel.kill_primary().await;
+    let (during, _) = record_until(&store, "during", |n| n >= 20).await;
+    sentinel.await_failover().await;
+    let (after, refused) = record_until(&store, "after", |n| n >= 50).await;
+    assert_eq!(refused, 0, "the new primary serves every command");
+    assert_all_recorded(&store, &before).await;
+    assert_all_recorded(&store, &during).await;
+    assert_all_recorded(&store, &after).await;
 }

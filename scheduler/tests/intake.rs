@@ -1,5 +1,5 @@
-//! Intake under load (issue 11): a full backlog refuses what can be submitted again and admits
-//! what cannot, on the real scheduler engine over in-memory backends and a repository source
+//! Intake under load (issues 11 and 14): a full backlog, or a state store out of room, refuses
+//! what can be submitted again and admits what cannot, on the real scheduler engine over in-memory backends and a repository source
 //! that holds every change until the test lets it go.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
@@ -86,4 +86,43 @@ async fn a_full_backlog_refuses_what_can_be_submitted_again_and_nothing_is_creat
     );
     // Room again: the same submission is admitted now.
     scheduler.submit_review(review()).await.unwrap();
+}
+
+/// A state store near its memory limit (issue 14): new submissions are refused as overloaded
+/// with a wait and nothing is created; a webhook delivery is still taken; with room again the
+/// same submission is admitted, and every task taken runs.
+#[tokio::test]
+async fn a_store_out_of_room_refuses_new_tasks_until_it_has_room_again() {
+    let source = MemoryRepositorySource::new();
+    source.insert_change(URL, "main", "feature", "diff --git a/a b/a\n");
+    let store = std::sync::Arc::new(verdict_backends::store::memory::MemoryStore::new());
+    let (scheduler, _registry) =
+        support::memory_scheduler_over(store.clone(), std::sync::Arc::new(source), None, |_| {});
+
+    store.set_pressure(Some("Redis at 127.0.0.1:6379 holds 95 % of its maxmemory".into()));
+    let refused = scheduler.submit_review(review()).await.unwrap_err();
+    let ServiceError::Overloaded {
+        reason,
+        retry_after_secs,
+    } = &refused
+    else {
+        panic!("expected overloaded, got {refused:?}");
+    };
+    assert!(*retry_after_secs >= 1, "{retry_after_secs}");
+    assert!(
+        reason.contains("95 % of its maxmemory") && reason.contains("nothing was created"),
+        "{reason}"
+    );
+    let mut delivery = review();
+    delivery.options.past_backlog = true;
+    let taken = scheduler.submit_review(delivery).await.unwrap();
+
+    store.set_pressure(None);
+    let admitted = scheduler.submit_review(review()).await.unwrap();
+    for id in [&taken.id, &admitted.id] {
+        until("the tasks to leave the queue", async || {
+            scheduler.task(id).await.unwrap().state != TaskState::Queued
+        })
+        .await;
+    }
 }

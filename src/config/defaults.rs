@@ -59,6 +59,8 @@ pub(super) const RESULT_TTL_SECONDS: i64 = 7 * 24 * 3600;
 pub(super) const TRANSCRIPT_TTL_SECONDS: i64 = 14 * 24 * 3600;
 pub(super) const RECORD_TTL_SECONDS: i64 = 30 * 24 * 3600;
 pub(super) const INPUT_TTL_SECONDS: i64 = 7 * 24 * 3600;
+/// Above this share of Redis's maxmemory, new tasks wait (issue 14).
+pub(super) const INTAKE_MEMORY_PERCENT: i64 = 90;
 pub(super) const EVENT_TTL_SECONDS: i64 = 14 * 24 * 3600;
 
 pub(super) const API_LISTEN: &str = "127.0.0.1:8080";

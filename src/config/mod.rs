@@ -130,7 +130,8 @@ impl fmt::Debug for BrokerConfig {
 /// `[redis]`: task state, results, transcripts and events. `Debug` redacts the URL's credentials.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// `redis://`, `rediss://`, `redis+unix://` or `unix://`; may carry credentials.
+    /// One server (`redis://`, `rediss://`, `redis+unix://`, `unix://`), a Redis Cluster
+    /// (`redis+cluster://`) or Sentinels (`redis+sentinel://`); may carry credentials.
     pub url: String,
     /// Prefix of every key.
     pub prefix: String,
@@ -141,6 +142,8 @@ pub struct RedisConfig {
     pub record_ttl: Duration,
     /// Content-addressed stage inputs (a review's diff pieces), from their last write.
     pub input_ttl: Duration,
+    /// Above this share of `maxmemory` on any Redis primary, new tasks wait (503 overloaded).
+    pub intake_memory_percent: u8,
 }
 
 impl RedisConfig {
@@ -160,6 +163,7 @@ impl fmt::Debug for RedisConfig {
             .field("event_ttl", &self.event_ttl)
             .field("record_ttl", &self.record_ttl)
             .field("input_ttl", &self.input_ttl)
+            .field("intake_memory_percent", &self.intake_memory_percent)
             .finish()
     }
 }

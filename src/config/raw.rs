@@ -133,6 +133,7 @@ table! {
         event_ttl_seconds: Int,
         record_ttl_seconds: Int,
         input_ttl_seconds: Int,
+        intake_memory_percent: Int,
     }
 }
 

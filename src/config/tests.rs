@@ -288,11 +288,27 @@ fn every_validation_error_names_its_key() {
         // redis
         (
             "[redis]\nurl = \"amqp://x\"",
-            "config key redis.url = \"amqp://x\" has scheme `amqp`; use redis or rediss or redis+unix or unix",
+            "config key redis.url = \"amqp://x\" has scheme `amqp`; use redis or rediss or redis+unix or unix or redis+cluster or rediss+cluster or redis+sentinel or rediss+sentinel",
+        ),
+        (
+            "[redis]\nurl = \"redis://h1:6379,h2:6379\"",
+            "config key redis.url = \"redis://h1:6379,h2:6379\" lists 2 hosts; scheme `redis` takes one (a Redis Cluster is `redis+cluster://h1:6379,h2:6379`",
+        ),
+        (
+            "[redis]\nurl = \"redis+cluster://h1:6379,h2:x\"",
+            "config key redis.url = \"redis+cluster://h1:6379,h2:x\" has port `x`, which is not a number 0–65535",
+        ),
+        (
+            "[redis]\nurl = \"redis+sentinel://s1:26379,s2:26379\"",
+            "config key redis.url = \"redis+sentinel://s1:26379,s2:26379\" names no service; write the name the Sentinels watch after the nodes",
         ),
         (
             "[redis]\nurl = \"unix://\"",
             "config key redis.url = \"unix://\" names no socket path",
+        ),
+        (
+            "[redis]\nprefix = \"v{1}:\"",
+            "config key redis.prefix = \"v{1}:\" contains `{` or `}`; remove them",
         ),
         (
             "[redis]\nresult_ttl_seconds = 0",
@@ -305,6 +321,10 @@ fn every_validation_error_names_its_key() {
         (
             "[redis]\nrecord_ttl_seconds = 0",
             "config key redis.record_ttl_seconds = 0 is too small",
+        ),
+        (
+            "[redis]\nintake_memory_percent = 101",
+            "config key redis.intake_memory_percent = 101 is out of range 1–100",
         ),
         (
             "[redis]\ninput_ttl_seconds = -1",
@@ -670,6 +690,18 @@ fn every_validation_error_names_its_key() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn redis_cluster_and_sentinel_urls_are_accepted() {
+    for url in [
+        "redis+cluster://:pw@10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379",
+        "rediss+cluster://redis-cluster:6379",
+        "redis+sentinel://s1:26379,s2:26379,s3:26379/verdict/2",
+    ] {
+        let c = ok(&format!("[redis]\nurl = \"{url}\"\n{BASE}"), &[]);
+        assert_eq!(c.redis.url, url);
+    }
 }
 
 #[test]

@@ -371,6 +371,9 @@ pub(super) struct UrlParts<'a> {
     pub userinfo: bool,
     pub host: &'a str,
     pub port: Option<&'a str>,
+    /// Everything between the userinfo and the path: one `host[:port]`, or several separated
+    /// by commas.
+    pub hosts: &'a str,
     pub path: &'a str,
 }
 
@@ -396,6 +399,7 @@ pub(super) fn url_parts(url: &str) -> Option<UrlParts<'_>> {
         userinfo,
         host,
         port,
+        hosts: host_port,
         path,
     })
 }
@@ -434,18 +438,43 @@ fn check_url(
         }
         return Ok(());
     }
-    if parts.host.is_empty() {
-        return Err(bad(format!("has no host, e.g. {example}")));
-    }
-    if let Some(port) = parts.port
-        && port.parse::<u16>().is_err()
-    {
+    // `host:port,host:port`: the seed nodes of a cluster or the Sentinels to ask.
+    let nodes: Vec<&str> = parts.hosts.split(',').collect();
+    if nodes.len() > 1 && !NODE_LIST_SCHEMES.contains(&parts.scheme.as_str()) {
         return Err(bad(format!(
-            "has port `{port}`, which is not a number 0–65535"
+            "lists {} hosts; scheme `{}` takes one (a Redis Cluster is `redis+cluster://h1:6379,h2:6379`, Sentinels are `redis+sentinel://s1:26379,s2:26379/service`)",
+            nodes.len(),
+            parts.scheme
         )));
+    }
+    for node in nodes {
+        let one = format!("{}://{node}", parts.scheme);
+        let Some(parts) = url_parts(&one) else {
+            return Err(bad(format!(
+                "has an unreadable host `{node}`, e.g. {example}"
+            )));
+        };
+        if parts.host.is_empty() {
+            return Err(bad(format!("has no host, e.g. {example}")));
+        }
+        if let Some(port) = parts.port
+            && port.parse::<u16>().is_err()
+        {
+            return Err(bad(format!(
+                "has port `{port}`, which is not a number 0–65535"
+            )));
+        }
     }
     Ok(())
 }
+
+/// Schemes whose authority may list several `host:port` nodes.
+const NODE_LIST_SCHEMES: &[&str] = &[
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+];
 
 /// The typed configuration from the checked raw one.
 fn build(raw: RawConfig, ctx: &Ctx<'_>, from_file: bool) -> Result<Config, ConfigError> {
@@ -686,12 +715,34 @@ fn redis(raw: raw::RawRedis, ctx: &Ctx<'_>) -> Result<RedisConfig, ConfigError> 
         ctx,
         "redis.url",
         &url,
-        &["redis", "rediss", "redis+unix", "unix"],
+        &[
+            "redis",
+            "rediss",
+            "redis+unix",
+            "unix",
+            "redis+cluster",
+            "rediss+cluster",
+            "redis+sentinel",
+            "rediss+sentinel",
+        ],
         "redis://:password@redis:6379/0",
     )?;
+    // The store's own reading of the URL (a Sentinel form must name its service, a cluster
+    // takes no database): refused here, before anything connects.
+    if let Some(problem) = verdict_backends::store::redis::url_problem(&url) {
+        return Err(ctx.err("redis.url", Some(quote(&url)), problem));
+    }
+    let prefix = raw.prefix.unwrap_or_else(|| d::REDIS_PREFIX.to_owned());
+    if prefix.contains(['{', '}']) {
+        return Err(ctx.err(
+            "redis.prefix",
+            Some(quote(&prefix)),
+            "contains `{` or `}`; remove them: verdict puts each task's Redis Cluster hash tag in its keys itself, and a brace in the prefix would put every key in one slot",
+        ));
+    }
     Ok(RedisConfig {
         url,
-        prefix: raw.prefix.unwrap_or_else(|| d::REDIS_PREFIX.to_owned()),
+        prefix,
         result_ttl: ctx.seconds(
             "redis.result_ttl_seconds",
             raw.result_ttl_seconds,
@@ -721,6 +772,13 @@ fn redis(raw: raw::RawRedis, ctx: &Ctx<'_>) -> Result<RedisConfig, ConfigError> 
             raw.input_ttl_seconds,
             d::INPUT_TTL_SECONDS,
             1,
+        )?,
+        intake_memory_percent: ctx.num(
+            "redis.intake_memory_percent",
+            raw.intake_memory_percent,
+            d::INTAKE_MEMORY_PERCENT,
+            1,
+            Some(100),
         )?,
     })
 }

@@ -15,6 +15,8 @@
 //! - [`github`]: [`FakeGitHub`], GitHub's REST API under a GitHub Enterprise-style `/api/v3`
 //!   root (pull requests, issues, reviews with GitHub's diff rules, statuses, comments, labels,
 //!   App JWTs and installation tokens, pagination, faults), and signed webhook payloads.
+//! - [`services`]: private RabbitMQ and Redis deployments on loopback (single nodes, a Redis
+//!   Cluster, a Sentinel group, a RabbitMQ cluster) for tests that kill, stop and restart them.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -39,6 +41,7 @@ mod openai;
 pub mod record;
 pub mod script;
 pub mod server;
+pub mod services;
 mod wire;
 
 pub use github::FakeGitHub;

@@ -18,10 +18,10 @@ use verdict_proto::wire::{EventType, ProgressEvent, StageResult};
 use verdict_proto::budget::{Amount, Limit};
 
 use super::{
-    Account, BudgetLedger, CacheError, CachedAnswer, CallKey, CancelSignals, Claim, DocumentStore,
-    EventLog, EventSink, InputError, InputStore, JournalError, Liveness, Reservation,
-    ResponseCache, ResponseJournal, ResultStore, StageState, Standing, StoreError, StoredEvent,
-    TranscriptError, TranscriptStore, Versioned, content_hash,
+    Account, BudgetLedger, CacheError, CachedAnswer, CallKey, CancelSignals, Capacity, Claim,
+    DocumentStore, EventLog, EventSink, InputError, InputStore, JournalError, Liveness,
+    Reservation, ResponseCache, ResponseJournal, ResultStore, StageState, Standing, StoreError,
+    StoredEvent, TranscriptError, TranscriptStore, Versioned, content_hash,
 };
 use crate::BoxFuture;
 
@@ -36,6 +36,8 @@ pub struct MemoryStore {
     appended: watch::Sender<u64>,
     cancels: broadcast::Sender<String>,
     event_maxlen: usize,
+    /// What [`Capacity::pressure`] answers: set by tests, as memory has no limit of its own.
+    pressure: std::sync::Mutex<Option<String>>,
 }
 
 type StageKey = (String, String);
@@ -85,7 +87,17 @@ impl MemoryStore {
             appended: watch::Sender::new(0),
             cancels: broadcast::channel(FEED_CAPACITY).0,
             event_maxlen: 10_000,
+            pressure: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Makes [`Capacity::pressure`] answer `reason` (a store out of room) until set back to
+    /// `None`, for tests of what callers do under pressure.
+    pub fn set_pressure(&self, reason: Option<String>) {
+        *self
+            .pressure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = reason;
     }
 
     /// Keeps at most `maxlen` (at least 1) events per task; older ones are dropped (exactly,
@@ -268,6 +280,15 @@ fn parse_id(task_id: &str, id: &str) -> Result<u64, StoreError> {
         key: format!("events:{task_id}"),
         reason: format!("`{id}` is not a position in this stream"),
     })
+}
+
+impl Capacity for MemoryStore {
+    fn pressure(&self) -> Option<String> {
+        self.pressure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl ResultStore for MemoryStore {

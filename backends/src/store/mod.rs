@@ -14,6 +14,7 @@ use crate::BoxFuture;
 mod archive;
 mod budget;
 mod cache;
+mod capacity;
 mod events;
 mod inputs;
 mod journal;
@@ -25,6 +26,7 @@ mod transcripts;
 pub use archive::{Sealing, TaskArchive};
 pub use budget::{Account, BudgetLedger, Reservation, Standing};
 pub use cache::{CacheError, CachedAnswer, ResponseCache};
+pub use capacity::Capacity;
 pub use events::{EventSink, event};
 pub use inputs::{InputError, InputStore, ResolvedInput, content_hash, resolve};
 pub use journal::{CallKey, JournalError, ResponseJournal};
@@ -229,6 +231,7 @@ pub trait StateStore:
     + BudgetLedger
     + Liveness
     + TaskArchive
+    + Capacity
 {
 }
 
@@ -244,5 +247,6 @@ impl<T> StateStore for T where
         + BudgetLedger
         + Liveness
         + TaskArchive
+        + Capacity
 {
 }

@@ -11,7 +11,7 @@ use tracing::Instrument;
 use verdict_backends::BoxFuture;
 use verdict_backends::broker::Broker;
 use verdict_backends::clock::Clock;
-use verdict_backends::store::{CancelSignals, StoredEvent, TranscriptStore};
+use verdict_backends::store::{CancelSignals, Capacity, StoredEvent, TranscriptStore};
 use verdict_proto::transcript::Transcript;
 
 use super::allowlist::{HostResolver, RepositoryAllowlist};
@@ -48,6 +48,7 @@ pub(super) struct Service {
     resolver: Arc<dyn HostResolver>,
     budgets: Budgets,
     transcripts: Arc<dyn TranscriptStore>,
+    capacity: Arc<dyn Capacity>,
 }
 
 impl Service {
@@ -66,6 +67,7 @@ impl Service {
             allowlist: settings.repositories.clone(),
             resolver: deps.resolver.clone(),
             transcripts: deps.transcripts.clone(),
+            capacity: deps.capacity.clone(),
         }
     }
 
@@ -85,6 +87,7 @@ impl Service {
     ) -> Result<Submitted, ServiceError> {
         if !past_backlog {
             self.intake.check_backlog()?;
+            self.check_room()?;
         }
         if let Some(repo) = &task.repository {
             self.allowlist
@@ -121,6 +124,22 @@ impl Service {
             .await;
         self.intake.spawn(&task.id);
         Ok(Submitted { id: task.id })
+    }
+
+    /// Refuses a new task while a backend is out of room (issue 14): the state store near its
+    /// memory limit. Nothing is written; the client is told when to come back. A webhook
+    /// delivery (which GitHub does not send again) is taken anyway: there is headroom left for
+    /// it, and its stages wait in the outbox while the pressure lasts.
+    fn check_room(&self) -> Result<(), ServiceError> {
+        match self.capacity.pressure() {
+            None => Ok(()),
+            Some(reason) => Err(ServiceError::Overloaded {
+                reason: format!(
+                    "new tasks wait: {reason}; nothing was created, submit again later (Retry-After)"
+                ),
+                retry_after_secs: super::OVERLOADED_RETRY_AFTER_SECS,
+            }),
+        }
     }
 
     /// X1: a review of a newer head of a pull request aborts the running reviews of its older

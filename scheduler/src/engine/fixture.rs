@@ -104,6 +104,7 @@ impl Fixture {
             liveness: store.clone(),
             transcripts: store.clone(),
             archive: store.clone(),
+            capacity: store.clone(),
         };
         let settings = SchedulerSettings {
             pipeline: PipelineSettings {

@@ -52,8 +52,8 @@ use verdict_backends::clock::Clock;
 use verdict_backends::publish::Publisher;
 use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::{
-    BudgetLedger, CancelSignals, DocumentStore, EventLog, InputStore, Liveness, ResultStore,
-    StoreError, TaskArchive, TranscriptStore,
+    BudgetLedger, CancelSignals, Capacity, DocumentStore, EventLog, InputStore, Liveness,
+    ResultStore, StoreError, TaskArchive, TranscriptStore,
 };
 use verdict_proto::Language;
 
@@ -130,6 +130,8 @@ pub struct SchedulerDeps {
     pub transcripts: Arc<dyn TranscriptStore>,
     /// Seals a task's stage records once it is retired (issue 14).
     pub archive: Arc<dyn TaskArchive>,
+    /// Whether the state store has room for new tasks (issue 14): asked before each admission.
+    pub capacity: Arc<dyn Capacity>,
 }
 
 /// What the scheduler decides with.

@@ -48,7 +48,17 @@ pub fn memory_scheduler_on(
     publisher: Option<Arc<dyn verdict_backends::publish::Publisher>>,
     tweak: impl FnOnce(&mut SchedulerSettings),
 ) -> (Arc<Scheduler>, prometheus::Registry) {
-    let store = Arc::new(MemoryStore::new());
+    memory_scheduler_over(Arc::new(MemoryStore::new()), repositories, publisher, tweak)
+}
+
+/// [`memory_scheduler_on`] over a store the test holds too (to set its pressure, say).
+#[allow(dead_code)] // not every test crate reaches into the store
+pub fn memory_scheduler_over(
+    store: Arc<MemoryStore>,
+    repositories: Arc<dyn RepositorySource>,
+    publisher: Option<Arc<dyn verdict_backends::publish::Publisher>>,
+    tweak: impl FnOnce(&mut SchedulerSettings),
+) -> (Arc<Scheduler>, prometheus::Registry) {
     let registry = prometheus::Registry::new();
     let deps = SchedulerDeps {
         broker: Arc::new(MemoryBroker::new()),
@@ -60,7 +70,8 @@ pub fn memory_scheduler_on(
         budgets: store.clone(),
         liveness: store.clone(),
         transcripts: store.clone(),
-        archive: store,
+        archive: store.clone(),
+        capacity: store,
         repositories,
         publisher,
         resolver: Arc::new(StaticResolver::new()),

@@ -81,16 +81,16 @@ impl Deployment {
         let hosts: Vec<&str> = hosts.split(',').map(str::trim).collect();
         if hosts.iter().any(|h| h.is_empty()) {
             return Err(format!(
-                "{scheme}:// lists its nodes as host:port separated by commas, with none empty \
-                 (e.g. `{scheme}://10.0.0.1:6379,10.0.0.2:6379`)"
+                "lists an empty node; write the nodes as host:port separated by commas (e.g. \
+                 `{scheme}://10.0.0.1:6379,10.0.0.2:6379`)"
             ));
         }
         for host in &hosts {
             let port = host.rsplit_once(':').map(|(_, port)| port);
             if port.is_none_or(|p| p.parse::<u16>().is_err()) {
                 return Err(format!(
-                    "node `{host}` needs a port: write it as host:port (Redis Cluster nodes \
-                     usually listen on 6379, Sentinels on 26379)"
+                    "has node `{host}` without a port; write it as host:port (Redis Cluster \
+                     nodes usually listen on 6379, Sentinels on 26379)"
                 ));
             }
         }
@@ -98,8 +98,8 @@ impl Deployment {
             Kind::Cluster => {
                 if !path.is_empty() && path != "/" && !path.starts_with('?') {
                     return Err(format!(
-                        "{scheme}:// takes no database or path (`{path}`): a Redis Cluster has \
-                         only database 0"
+                        "has a database or path (`{path}`); remove it: a Redis Cluster has only \
+                         database 0"
                     ));
                 }
                 let query = path.trim_start_matches('/');
@@ -117,14 +117,14 @@ impl Deployment {
                 let service = parts.next().unwrap_or("").to_owned();
                 if service.is_empty() {
                     return Err(format!(
-                        "{scheme}:// names the service the Sentinels watch after the nodes \
+                        "names no service; write the name the Sentinels watch after the nodes \
                          (e.g. `{scheme}://10.0.0.1:26379,10.0.0.2:26379/mymaster`)"
                     ));
                 }
                 let db = match parts.next() {
                     None | Some("") => 0,
                     Some(db) => db.parse().map_err(|_| {
-                        format!("the database after the service name must be a number, not `{db}`")
+                        format!("has database `{db}` after the service name; it must be a number")
                     })?,
                 };
                 let (username, password) = match userinfo {
@@ -582,9 +582,9 @@ mod tests {
     fn malformed_node_lists_name_the_fix() {
         let cases = [
             ("redis+cluster://h1:6379,,h2:6379", "separated by commas"),
-            ("redis+cluster://h1", "needs a port"),
+            ("redis+cluster://h1", "without a port"),
             ("redis+cluster://h1:6379/2", "only database 0"),
-            ("redis+sentinel://s1:26379", "names the service"),
+            ("redis+sentinel://s1:26379", "names no service"),
             ("redis+sentinel://s1:26379/m/x", "must be a number"),
         ];
         for (url, words) in cases {

@@ -48,6 +48,7 @@ mod archive;
 mod budget;
 mod cache;
 mod cancel;
+mod capacity;
 mod documents;
 mod events;
 mod inputs;
@@ -105,6 +106,9 @@ pub struct RedisConfig {
     pub event_ttl: Duration,
     /// Upper bound on one command attempt, including waiting for a reconnect. Default 2 s.
     pub command_timeout: Duration,
+    /// Above this share of `maxmemory` on any primary (1–100 %), the store reports pressure
+    /// and new tasks wait, so the accepted ones keep room to finish. Default 90.
+    pub intake_memory_percent: u8,
 }
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
@@ -125,6 +129,7 @@ impl Default for RedisConfig {
             event_stream_maxlen: 10_000,
             event_ttl: 14 * DAY,
             command_timeout: Duration::from_secs(2),
+            intake_memory_percent: 90,
         }
     }
 }
@@ -176,6 +181,13 @@ impl RedisConfig {
                 "redis.event_stream_maxlen must be at least 1".into(),
             ));
         }
+        if !(1..=100).contains(&self.intake_memory_percent) {
+            return Err(StoreError::Config(format!(
+                "redis.intake_memory_percent = {} must be 1-100 (the share of maxmemory above \
+                 which new tasks wait)",
+                self.intake_memory_percent
+            )));
+        }
         if self.prefix.contains(['{', '}']) {
             // A brace in the prefix would become every key's hash tag: the whole deployment in
             // one cluster slot.
@@ -208,8 +220,15 @@ impl std::fmt::Debug for RedisConfig {
             .field("event_stream_maxlen", &self.event_stream_maxlen)
             .field("event_ttl", &self.event_ttl)
             .field("command_timeout", &self.command_timeout)
+            .field("intake_memory_percent", &self.intake_memory_percent)
             .finish()
     }
+}
+
+/// What is wrong with `url` as a `redis.url` (a node list without ports, a Sentinel form that
+/// names no service, …), in words that name the fix; `None` when it reads.
+pub fn url_problem(url: &str) -> Option<String> {
+    Deployment::parse(url).err()
 }
 
 /// The URL with its password (userinfo, as every URL in verdict, or a `pass`/`password` query
@@ -258,6 +277,8 @@ struct Inner {
     /// Idle connections for blocking reads, reused so a follower does not connect per poll.
     blocking: Mutex<Vec<Conn>>,
     cancel_feed: Mutex<Option<cancel::Feed>>,
+    /// The memory watch, started by the first [`crate::store::Capacity::pressure`] question.
+    memory_watch: Mutex<Option<capacity::Reading>>,
     /// Stops background tasks (the cancellation subscription) when the last clone is dropped.
     shutdown: CancellationToken,
     secrets: Vec<String>,
@@ -332,6 +353,14 @@ fn never_ran(e: &RedisError) -> bool {
         )
 }
 
+/// How many redirects one attempt follows before it counts as failed.
+const MAX_REDIRECTS: u32 = 5;
+
+/// A cluster node's answer that the key's slot is served elsewhere (`MOVED`, `ASK`).
+fn is_redirect(e: &RedisError) -> bool {
+    matches!(e.code(), Some("MOVED" | "ASK"))
+}
+
 /// Redis refused a write because it reached `maxmemory` (with the `noeviction` policy verdict
 /// needs): retrying at once would only be refused again.
 fn is_out_of_memory(e: &RedisError) -> bool {
@@ -383,6 +412,7 @@ impl RedisStore {
                 links: Arc::new(links),
                 blocking: Mutex::new(Vec::new()),
                 cancel_feed: Mutex::new(None),
+                memory_watch: Mutex::new(None),
                 shutdown: CancellationToken::new(),
                 secrets,
             }),
@@ -489,16 +519,27 @@ impl RedisStore {
         let timeout = self.inner.config.command_timeout;
         let attempt = || async {
             let exchange = async {
-                let conn = self
-                    .inner
-                    .links
-                    .commands()
-                    .await
-                    .map_err(Failure::Connect)?;
-                command(conn.clone()).await.map_err(|e| {
-                    self.inner.links.failed(&conn, &e);
-                    Failure::Redis(e)
-                })
+                let mut redirects = 0;
+                loop {
+                    let conn = self
+                        .inner
+                        .links
+                        .commands()
+                        .await
+                        .map_err(Failure::Connect)?;
+                    match command(conn.clone()).await {
+                        Ok(value) => return Ok(value),
+                        // A cluster node answered that another serves the slot: the command
+                        // did not run, and the connection refreshes its slot map before it
+                        // sends the next one, so follow at once (after a failover a stale map
+                        // takes a few tries), within this attempt's time.
+                        Err(e) if is_redirect(&e) && redirects < MAX_REDIRECTS => redirects += 1,
+                        Err(e) => {
+                            self.inner.links.failed(&conn, &e);
+                            return Err(Failure::Redis(e));
+                        }
+                    }
+                }
             };
             match tokio::time::timeout(timeout, exchange).await {
                 Ok(result) => result,
