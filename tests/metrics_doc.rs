@@ -311,7 +311,7 @@ fn every_alert_has_its_runbook_entry_and_every_expression_names_its_metrics() {
         })
         .collect();
     let rules = alert_rules();
-    assert_eq!(rules.len(), 6, "{rules:?}");
+    assert_eq!(rules.len(), 7, "{rules:?}");
     for (alert, expr, runbook_url) in &rules {
         let anchor = runbook_url
             .strip_prefix("docs/runbook.md#")

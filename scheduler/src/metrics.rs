@@ -70,6 +70,9 @@ pub struct SchedulerMetrics {
     pub queue_messages: IntGaugeVec,
     /// `verdict_queue_consumers{queue}`: consumers of each broker queue at the last poll.
     pub queue_consumers: IntGaugeVec,
+    /// `verdict_backend_pressure{backend}`: 1 while that backend (`redis`, `broker`) reports it
+    /// has no room for new tasks and submissions are refused as overloaded, else 0.
+    pub backend_pressure: IntGaugeVec,
     /// `verdict_queue_stats_failures_total{queue}`: polls the broker did not answer (the gauges
     /// keep their last values).
     pub queue_stats_failures: IntCounterVec,
@@ -173,6 +176,13 @@ impl SchedulerMetrics {
                 ),
                 &["queue"],
             )?,
+            backend_pressure: IntGaugeVec::new(
+                Opts::new(
+                    "verdict_backend_pressure",
+                    "1 while the backend (redis, broker) has no room for new tasks and submissions are refused as overloaded.",
+                ),
+                &["backend"],
+            )?,
             queue_stats_failures: IntCounterVec::new(
                 Opts::new(
                     "verdict_queue_stats_failures_total",
@@ -205,6 +215,7 @@ impl SchedulerMetrics {
         registry.register(Box::new(m.dead_letters_consumed.clone()))?;
         registry.register(Box::new(m.queue_messages.clone()))?;
         registry.register(Box::new(m.queue_consumers.clone()))?;
+        registry.register(Box::new(m.backend_pressure.clone()))?;
         registry.register(Box::new(m.queue_stats_failures.clone()))?;
         registry.register(Box::new(m.build_info.clone()))?;
         m.build_info.set(1);
@@ -251,6 +262,9 @@ impl SchedulerMetrics {
         for outcome in SEAL_OUTCOMES {
             self.sealed.with_label_values(&[outcome]);
         }
+        for backend in PRESSURE_BACKENDS {
+            self.backend_pressure.with_label_values(&[backend]);
+        }
         for queue in QUEUE_LABELS {
             self.queue_messages.with_label_values(&[queue]);
             self.queue_consumers.with_label_values(&[queue]);
@@ -258,6 +272,9 @@ impl SchedulerMetrics {
         }
     }
 }
+
+/// The `backend` labels of `verdict_backend_pressure`.
+pub const PRESSURE_BACKENDS: [&str; 2] = ["redis", "broker"];
 
 /// The `kind` label of a task: both review pipelines count as `review`.
 pub fn task_kind_label(pipeline: PipelineKind) -> &'static str {

@@ -11,12 +11,13 @@ use tracing::Instrument;
 use verdict_backends::BoxFuture;
 use verdict_backends::broker::Broker;
 use verdict_backends::clock::Clock;
-use verdict_backends::store::{CancelSignals, Capacity, StoredEvent, TranscriptStore};
+use verdict_backends::store::{CancelSignals, StoredEvent, TranscriptStore};
 use verdict_proto::transcript::Transcript;
 
 use super::allowlist::{HostResolver, RepositoryAllowlist};
 use super::budgets::Budgets;
 use super::intake::Intake;
+use super::pressure::Pressure;
 use super::progress::Progress;
 use super::records::TaskRecords;
 use super::submission::{self, TaskDefaults};
@@ -48,7 +49,7 @@ pub(super) struct Service {
     resolver: Arc<dyn HostResolver>,
     budgets: Budgets,
     transcripts: Arc<dyn TranscriptStore>,
-    capacity: Arc<dyn Capacity>,
+    pressure: Pressure,
 }
 
 impl Service {
@@ -67,7 +68,7 @@ impl Service {
             allowlist: settings.repositories.clone(),
             resolver: deps.resolver.clone(),
             transcripts: deps.transcripts.clone(),
-            capacity: deps.capacity.clone(),
+            pressure: parts.pressure.clone(),
         }
     }
 
@@ -78,8 +79,10 @@ impl Service {
     /// Checks the task's repository against the allowlist (SPEC R4), then stores it, opens its
     /// stream and starts its intake in the background; the new record names this replica's
     /// intake as its owner from now.
-    /// A submission that can be made again later (`past_backlog` false) is refused as busy
-    /// while this replica's intake backlog is full, before anything is written.
+    /// A submission that can be made again later (`past_backlog` false) is refused before
+    /// anything is written: as busy while this replica's intake backlog is full, as overloaded
+    /// while a backend has no room (`pressure`). A webhook delivery, which GitHub does not send
+    /// again, is taken anyway: its stages wait in the outbox while the pressure lasts.
     async fn admit(
         &self,
         mut task: TaskRecord,
@@ -87,7 +90,7 @@ impl Service {
     ) -> Result<Submitted, ServiceError> {
         if !past_backlog {
             self.intake.check_backlog()?;
-            self.check_room()?;
+            self.pressure.check()?;
         }
         if let Some(repo) = &task.repository {
             self.allowlist
@@ -124,22 +127,6 @@ impl Service {
             .await;
         self.intake.spawn(&task.id);
         Ok(Submitted { id: task.id })
-    }
-
-    /// Refuses a new task while a backend is out of room (issue 14): the state store near its
-    /// memory limit. Nothing is written; the client is told when to come back. A webhook
-    /// delivery (which GitHub does not send again) is taken anyway: there is headroom left for
-    /// it, and its stages wait in the outbox while the pressure lasts.
-    fn check_room(&self) -> Result<(), ServiceError> {
-        match self.capacity.pressure() {
-            None => Ok(()),
-            Some(reason) => Err(ServiceError::Overloaded {
-                reason: format!(
-                    "new tasks wait: {reason}; nothing was created, submit again later (Retry-After)"
-                ),
-                retry_after_secs: super::OVERLOADED_RETRY_AFTER_SECS,
-            }),
-        }
     }
 
     /// X1: a review of a newer head of a pull request aborts the running reviews of its older

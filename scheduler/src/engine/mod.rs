@@ -68,6 +68,7 @@ mod dead_letters;
 mod facade;
 mod intake;
 mod outbox;
+mod pressure;
 mod progress;
 mod publish;
 mod queues;
@@ -89,6 +90,7 @@ use dead_letters::DeadLetters;
 use facade::Service;
 use intake::Intake;
 use outbox::Outbox;
+use pressure::Pressure;
 use progress::Progress;
 use publish::Publication;
 use records::TaskRecords;
@@ -199,6 +201,7 @@ struct Inner {
     sweeper: Sweeper,
     batches: Batches,
     heartbeat: Heartbeat,
+    pressure: Pressure,
     broker: Arc<dyn Broker>,
     sweep_interval: Duration,
     queue_stats_interval: Duration,
@@ -221,6 +224,7 @@ struct Parts {
     transitions: Transitions,
     intake: Intake,
     budgets: Budgets,
+    pressure: Pressure,
 }
 
 impl Parts {
@@ -263,6 +267,11 @@ impl Parts {
             transitions,
             intake,
             budgets,
+            pressure: Pressure::new(
+                deps.capacity.clone(),
+                deps.broker.clone(),
+                deps.metrics.backend_pressure.clone(),
+            ),
         }
     }
 }
@@ -292,6 +301,7 @@ impl Scheduler {
                     replica: parts.intake.replica(),
                     lease: settings.replica_lease,
                 },
+                pressure: parts.pressure.clone(),
                 broker: deps.broker,
                 sweep_interval: settings.sweep_interval,
                 queue_stats_interval: settings.queue_stats_interval,
@@ -326,6 +336,9 @@ impl Scheduler {
             inner.sweep_interval,
             inner.stop.clone(),
         ));
+        inner
+            .background
+            .spawn(inner.pressure.clone().sample_loop(inner.stop.clone()));
         inner.background.spawn(queues::poll_loop(
             inner.broker.clone(),
             inner.metrics.clone(),
@@ -458,15 +471,11 @@ fn unavailable(e: StoreError) -> ServiceError {
     match e {
         StoreError::Full(_) => ServiceError::Overloaded {
             reason: e.to_string(),
-            retry_after_secs: OVERLOADED_RETRY_AFTER_SECS,
+            retry_after_secs: pressure::RETRY_AFTER_SECS,
         },
         e => ServiceError::Unavailable(e.to_string()),
     }
 }
-
-/// What an overloaded backend asks clients to wait before submitting again: long enough for an
-/// operator's alert to fire, short enough that intake resumes soon after the pressure eases.
-pub(crate) const OVERLOADED_RETRY_AFTER_SECS: u64 = 30;
 
 #[cfg(test)]
 mod fixture;
