@@ -1054,8 +1054,59 @@ async fn redis_documents() {
     check_documents(&f.store).await;
     check_sets(&f.store).await;
     check_concurrent_cas(Arc::new(f.store.clone())).await;
-    assert!(f.pttl("doc:task:1").await > 0);
+    assert!(
+        f.pttl("doc:task:{1}").await > 0,
+        "a task's record carries its tag"
+    );
     assert_eq!(f.pttl("set:active").await, -1);
+
+    // A record written before hash tags reads on, and its next write moves it.
+    let () = redis::cmd("HSET")
+        .arg(format!("{}doc:task:old", f.prefix))
+        .arg("v")
+        .arg("3")
+        .arg("body")
+        .arg("{\"state\":\"running\"}")
+        .query_async(&mut f.raw.clone())
+        .await
+        .unwrap();
+    let old = DocumentStore::get(&f.store, "task:old")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (old.version, old.body.as_str()),
+        (3, "{\"state\":\"running\"}")
+    );
+    assert_eq!(
+        DocumentStore::put(&f.store, "task:old", "{}", None)
+            .await
+            .unwrap(),
+        None,
+        "it exists"
+    );
+    assert_eq!(
+        DocumentStore::put(&f.store, "task:old", "{}", Some(2))
+            .await
+            .unwrap(),
+        None,
+        "stale"
+    );
+    assert_eq!(
+        DocumentStore::put(&f.store, "task:old", "{}", Some(3))
+            .await
+            .unwrap(),
+        Some(4)
+    );
+    assert_eq!(f.pttl("doc:task:old").await, -2, "moved to its tagged name");
+    assert_eq!(
+        DocumentStore::get(&f.store, "task:old")
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        4
+    );
 }
 
 #[tokio::test]

@@ -12,12 +12,15 @@ use super::{RedisStore, Replay, millis};
 use crate::BoxFuture;
 use crate::store::{DocumentStore, StoreError, Versioned};
 
-/// KEYS: document. ARGV: body, expected version (`''`: create only), TTL in ms (`0`: none).
-/// Returns the new version, or nil when the stored version is not the expected one.
+/// KEYS: document, then (on a single primary) the same document under its name from before
+/// hash tags. ARGV: body, expected version (`''`: create only), TTL in ms (`0`: none). Returns
+/// the new version, or nil when the stored version is not the expected one. A document still
+/// under its old name is compared there and moved to the new one by its first write.
 static PUT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local version = redis.call('HGET', KEYS[1], 'v')
+if not version and KEYS[2] then version = redis.call('HGET', KEYS[2], 'v') end
 if ARGV[2] == '' then
   if version then return false end
 elseif version ~= ARGV[2] then
@@ -26,34 +29,58 @@ end
 local next = (tonumber(version) or 0) + 1
 redis.call('HSET', KEYS[1], 'v', string.format('%d', next), 'body', ARGV[1])
 if ARGV[3] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+if KEYS[2] then redis.call('DEL', KEYS[2]) end
 return next
 ",
     )
 });
 
 impl RedisStore {
+    /// Where document `key` lives: `doc:<kind>:{<id>}` for a `<kind>:<id>` key, so a task's
+    /// record carries its task's hash tag — a transition's record write and its progress events
+    /// go to one cluster node and fail together — else `doc:<key>`.
+    fn document_key(&self, key: &str) -> String {
+        match key.split_once(':') {
+            Some((kind, id)) if !id.is_empty() => {
+                format!("{}doc:{kind}:{{{id}}}", self.inner.config.prefix)
+            }
+            _ => self.key("doc", key),
+        }
+    }
+
+    /// The document's name before hash tags, still read (and moved by the next write) where
+    /// one primary holds everything; a cluster never had it.
+    fn legacy_document_key(&self, key: &str) -> Option<String> {
+        (!self.inner.links.is_cluster() && key.contains(':')).then(|| self.key("doc", key))
+    }
+
     async fn get_document(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
-        let doc_key = self.key("doc", key);
-        let (version, body): (Option<String>, Option<Vec<u8>>) = self
-            .query(
-                "get document",
-                &doc_key,
-                Replay::Safe,
-                redis::cmd("HMGET").arg(&doc_key).arg("v").arg("body"),
-            )
+        let doc_key = self.document_key(key);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET").arg(&doc_key).arg("v").arg("body");
+        let legacy = self.legacy_document_key(key);
+        if let Some(legacy) = &legacy {
+            pipe.cmd("HMGET").arg(legacy).arg("v").arg("body");
+        }
+        let mut found: Vec<(Option<String>, Option<Vec<u8>>)> = self
+            .query_pipeline("get document", &doc_key, Replay::Safe, &pipe)
             .await?;
+        let (read_from, (version, body)) = match (found.first(), legacy) {
+            (Some((None, None)), Some(legacy)) if found.len() > 1 => (legacy, found.remove(1)),
+            _ => (doc_key, found.swap_remove(0)),
+        };
         match (version, body) {
             (None, None) => Ok(None),
             (Some(version), Some(body)) => {
                 let version = version.parse().map_err(|_| StoreError::Corrupt {
-                    key: doc_key.clone(),
+                    key: read_from.clone(),
                     reason: format!("version `{version}` is not a number"),
                 })?;
-                let body = unpack_text(&doc_key, &body)?;
+                let body = unpack_text(&read_from, &body)?;
                 Ok(Some(Versioned { version, body }))
             }
             _ => Err(StoreError::Corrupt {
-                key: doc_key,
+                key: read_from,
                 reason: "the document lacks its version or its body".into(),
             }),
         }
@@ -65,7 +92,8 @@ impl RedisStore {
         body: &str,
         expected: Option<u64>,
     ) -> Result<Option<u64>, StoreError> {
-        let doc_key = self.key("doc", key);
+        let doc_key = self.document_key(key);
+        let legacy = self.legacy_document_key(key);
         let expected = expected.map(|v| v.to_string()).unwrap_or_default();
         let ttl = self.inner.config.document_ttl.map_or(0, millis);
         let body = pack(&doc_key, body.as_bytes())?;
@@ -73,6 +101,9 @@ impl RedisStore {
         // own write; resend only what never left.
         self.run("put document", &doc_key, Replay::IfUnsent, |mut conn| {
             let mut invocation = PUT.key(&doc_key);
+            if let Some(legacy) = &legacy {
+                invocation.key(legacy);
+            }
             invocation.arg(&body).arg(&expected).arg(ttl);
             async move { invocation.invoke_async(&mut conn).await }
         })

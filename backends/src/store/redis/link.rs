@@ -309,6 +309,11 @@ impl Links {
         Ok(Links { kind, timeout })
     }
 
+    /// Whether this is a Redis Cluster (keys spread over primaries) rather than one primary.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.kind, LinkKind::Cluster { .. })
+    }
+
     /// The shared connection for ordinary commands (not blocking ones). Boxed: every store
     /// call awaits it, and its type would otherwise be nested into each of theirs.
     pub(crate) fn commands(&self) -> BoxFuture<'_, RedisResult<Conn>> {

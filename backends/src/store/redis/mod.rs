@@ -19,8 +19,8 @@
 //! # Key layout (`P` = `prefix`, default `verdict:`)
 //! `{task}` below is literal braces around the task id: a Redis Cluster hash tag, so every key
 //! of one task lives in one slot and a script or transaction over them runs on one node. Keys
-//! shared across tasks (inputs, texts, cache, documents, sets) carry no tag and spread over the
-//! cluster.
+//! shared across tasks (inputs, texts, cache, sets) carry no tag and spread over the cluster; a
+//! task's record (`doc:task:{task}`) carries its task's tag too.
 //!
 //! | key | type | TTL |
 //! |---|---|---|
@@ -29,7 +29,7 @@
 //! | `P events:{task}` | stream, field `event`: JSON `ProgressEvent` | `event_ttl`, `MAXLEN ~` |
 //! | `P cancel:{task}` | string `1` | `cancel_ttl` |
 //! | `P cancel` | pub/sub channel, payload: task id | — |
-//! | `P doc:<key>` | hash `v` (version), `body` (packed) | `document_ttl`, renewed on write |
+//! | `P doc:<kind>:{id}` (a key `<kind>:<id>`, e.g. `task:{T}`), else `P doc:<key>` | hash `v` (version), `body` (packed); one under its untagged name `P doc:<kind>:<id>` is still read on a single primary and moved by its next write | `document_ttl`, renewed on write |
 //! | `P set:<name>` | set | none |
 //! | `P input:<sha256>` | string: packed bytes | `input_ttl` |
 //! | `P journal:{task}:<stage>` | hash: a field per call (`<provider>/<sha256>`), JSON `ChatResponse`; deleted when the stage's result is recorded | `journal_ttl`, renewed by each call |
