@@ -1184,3 +1184,85 @@ async fn constraints_name_only_the_files_of_the_stages_diff() {
         json!(["src/lib.rs"])
     );
 }
+
+/// An input store that cannot be reached, as a Redis primary failing over looks to a worker
+/// whose claim landed on a live one.
+#[derive(Debug)]
+struct UnreachableInputs;
+
+impl verdict_backends::store::InputStore for UnreachableInputs {
+    fn get<'a>(
+        &'a self,
+        _sha256: &'a str,
+    ) -> verdict_backends::BoxFuture<'a, Result<Option<Vec<u8>>, verdict_backends::store::InputError>>
+    {
+        Box::pin(async {
+            Err(verdict_backends::store::InputError::Unavailable(
+                "state store unavailable: connection refused".into(),
+            ))
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        _bytes: &'a [u8],
+    ) -> verdict_backends::BoxFuture<'a, Result<String, verdict_backends::store::InputError>> {
+        Box::pin(async {
+            Err(verdict_backends::store::InputError::Unavailable(
+                "state store unavailable: connection refused".into(),
+            ))
+        })
+    }
+}
+
+/// Inputs the store cannot give now make the stage wait and run again (a requeue), not fail:
+/// the outage is not the stage's, and no provider is called. An input that is gone for good
+/// fails it at once.
+#[tokio::test]
+async fn inputs_the_store_cannot_give_now_requeue_the_stage_without_calling_the_provider() {
+    let mut env = env(ProviderKind::Openai, Script::always(Behaviour::text("{}"))).await;
+    let mut req = request(StageKind::Summary, false, LONG);
+    req.inputs = vec![InputRef {
+        name: "diff".into(),
+        content: InputContent::Stored {
+            sha256: verdict_backends::store::content_hash(DIFF.as_bytes()),
+            bytes: DIFF.len() as u64,
+        },
+    }];
+    let mut deps = env.executor.deps().clone();
+    deps.inputs = Arc::new(UnreachableInputs);
+    env.executor = StageExecutor::new(deps, settings());
+    let outage = run(&env, &req).await;
+    assert!(outage.requeue_after.is_some(), "{outage:?}");
+    assert!(
+        matches!(
+            outage.result.outcome,
+            StageOutcome::ExecutionFailure {
+                kind: FailureKind::Internal,
+                retryable: true,
+                ..
+            }
+        ),
+        "{:?}",
+        outage.result.outcome
+    );
+
+    // The store answers, and the input is not in it: final.
+    let mut deps = env.executor.deps().clone();
+    deps.inputs = env.store.clone();
+    env.executor = StageExecutor::new(deps, settings());
+    let missing = run(&env, &req).await;
+    assert_eq!(missing.requeue_after, None);
+    assert!(
+        matches!(
+            missing.result.outcome,
+            StageOutcome::ExecutionFailure {
+                retryable: false,
+                ..
+            }
+        ),
+        "{:?}",
+        missing.result.outcome
+    );
+    assert!(env.fake.requests().is_empty(), "no provider was called");
+}

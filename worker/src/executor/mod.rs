@@ -191,6 +191,10 @@ impl PendingTranscript {
 /// The `model` label of an attempt that ended before any provider call.
 const NO_MODEL: &str = crate::metrics::NO_MODEL;
 
+/// How long a stage whose inputs the store could not give waits before it runs again (plus as
+/// much jitter): about a Redis failover.
+const STORE_OUTAGE_REQUEUE: Duration = Duration::from_secs(2);
+
 /// Executes stage requests.
 #[derive(Debug, Clone)]
 pub struct StageExecutor {
@@ -347,12 +351,19 @@ impl StageExecutor {
         .await
         {
             Ok(i) => i,
+            Err(e) if e.is_retryable() => {
+                // The store is unreachable, not the stage at fault (on a Redis Cluster a task's
+                // claim may be on a live primary while an input is on one failing over): run it
+                // again in a while, as a claim that fails is, instead of spending the stage's
+                // retries on an outage.
+                let mut ran =
+                    Ran::before_any_call(fail(FailureKind::Internal, true, e.to_string()));
+                ran.requeue_after =
+                    Some(STORE_OUTAGE_REQUEUE + crate::retry::full_jitter(STORE_OUTAGE_REQUEUE));
+                return ran;
+            }
             Err(e) => {
-                return Ran::before_any_call(fail(
-                    FailureKind::Internal,
-                    e.is_retryable(),
-                    e.to_string(),
-                ));
+                return Ran::before_any_call(fail(FailureKind::Internal, false, e.to_string()));
             }
         };
 
