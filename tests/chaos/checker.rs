@@ -43,7 +43,8 @@ pub struct Evidence<'a> {
     pub answers: Vec<Answer>,
     pub faults: &'a [Fault],
     pub missed_faults: &'a [String],
-    pub poison: &'a Poison,
+    /// The poison message's fate, when the scenario published one.
+    pub poison: Option<&'a Poison>,
     /// Dead letters left on the queue at the end: (task and stage when it is a stage request,
     /// reason).
     pub dead_letters: Vec<(Option<(String, String)>, String)>,
@@ -317,7 +318,7 @@ pub fn check(e: &Evidence<'_>) -> Report {
     if avoidable > 0 {
         failures.push(format!("{avoidable} stage call(s) paid twice"));
     }
-    if let Err(why) = e.poison.verdict() {
+    if let Some(Err(why)) = e.poison.map(Poison::verdict) {
         failures.push(format!("the poison message: {why}"));
     }
     for m in e.missed_faults {
@@ -550,13 +551,15 @@ fn table(
             );
         }
     }
-    let _ = writeln!(
-        t,
-        "  poison message: {}",
-        e.poison
-            .verdict()
-            .unwrap_or_else(|why| format!("FAILED: {why}"))
-    );
+    if let Some(poison) = e.poison {
+        let _ = writeln!(
+            t,
+            "  poison message: {}",
+            poison
+                .verdict()
+                .unwrap_or_else(|why| format!("FAILED: {why}"))
+        );
+    }
     let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
     for (_, reason) in &e.dead_letters {
         *reasons.entry(reason.as_str()).or_default() += 1;
@@ -741,7 +744,7 @@ mod tests {
             answers,
             faults: &faults,
             missed_faults: &[],
-            poison: &poison,
+            poison: Some(&poison),
             dead_letters: Vec::new(),
             deliveries: BTreeMap::new(),
             started: t0,

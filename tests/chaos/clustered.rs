@@ -18,11 +18,11 @@ use crate::faults::{Chaos, Clock, Fault, Injected, all_answered, calls_in_flight
 use crate::pool::{Pool, TOKEN};
 use crate::services::{RabbitCluster, RedisCluster};
 
-/// Provider requests received before each fault (a run of 60 reviews makes about 310).
-const REDIS_AT: usize = 40;
-const RABBIT_AT: usize = 100;
-const REDIS_FULL_AT: usize = 160;
-const ALARM_AT: usize = 210;
+/// Provider requests received before each fault (a run of 60 reviews makes about 210).
+const REDIS_AT: usize = 30;
+const RABBIT_AT: usize = 70;
+const REDIS_FULL_AT: usize = 110;
+const ALARM_AT: usize = 150;
 
 /// The RabbitMQ node stopped: every process tries the nodes from a random one, so some are on
 /// each node.

@@ -48,9 +48,15 @@ const SCHEDULER_DEAD_LETTERS: &str = "verdict_dead_letters_total";
 
 /// The services and processes the faults act on; dropped (so killed) with it.
 #[derive(Debug)]
-pub struct Chaos {
+pub struct Chaos<S> {
     /// Field order is drop order: the pool before the services it uses.
     pub pool: Pool,
+    pub services: S,
+}
+
+/// One RabbitMQ node and one Redis: the first scenario's services.
+#[derive(Debug)]
+pub struct Single {
     pub redis: PrivateRedis,
     pub rabbit: PrivateRabbit,
 }
@@ -104,24 +110,29 @@ impl Poison {
 
 /// What the injector did.
 #[derive(Debug)]
-pub struct Injected {
-    pub chaos: Chaos,
+pub struct Injected<S> {
+    pub chaos: Chaos<S>,
     pub faults: Vec<Fault>,
     /// Faults not injected, and why.
     pub missed: Vec<String>,
-    pub poison: Poison,
+    /// The poison message's fate, when the scenario published one.
+    pub poison: Option<Poison>,
 }
 
-struct Clock {
+pub struct Clock {
     started: Instant,
 }
 
 impl Clock {
-    fn begin(&self, fake: &FakeProvider) -> (Duration, usize) {
+    pub fn new(started: Instant) -> Clock {
+        Clock { started }
+    }
+
+    pub fn begin(&self, fake: &FakeProvider) -> (Duration, usize) {
         (self.started.elapsed(), fake.request_count())
     }
 
-    fn record(
+    pub fn record(
         &self,
         name: &'static str,
         detail: String,
@@ -148,13 +159,13 @@ impl Clock {
 /// Injects every fault in turn, then returns the services and what happened. `done` is dropped
 /// when it returns (or panics): the workload then knows the faults are over.
 pub async fn inject(
-    mut chaos: Chaos,
+    mut chaos: Chaos<Single>,
     fake: Arc<FakeProvider>,
     amqp: AmqpConfig,
     started: Instant,
     done: watch::Sender<()>,
-) -> Injected {
-    let clock = Clock { started };
+) -> Injected<Single> {
+    let clock = Clock::new(started);
     let mut faults = Vec::new();
     let mut missed = Vec::new();
     let mut poison = Poison::default();
@@ -184,14 +195,14 @@ pub async fn inject(
             let killed = Instant::now();
             let in_flight = calls_in_flight(&fake);
             let answered = fake.answer_count();
-            chaos.redis.kill().await;
+            chaos.services.redis.kill().await;
             while (killed.elapsed() < REDIS_OUTAGE_MIN || !all_answered(&fake, &in_flight))
                 && killed.elapsed() < REDIS_OUTAGE_MAX
             {
                 tokio::time::sleep(POLL).await;
             }
             let during = fake.answer_count() - answered;
-            chaos.redis.restart().await;
+            chaos.services.redis.restart().await;
             faults.push(clock.record(
                 "kill -9 Redis",
                 format!(
@@ -242,8 +253,8 @@ pub async fn inject(
         Err(e) => missed.push(format!("broker restart: {e}")),
         Ok(()) => {
             let begun = clock.begin(&fake);
-            chaos.rabbit.stop().await;
-            chaos.rabbit.start_again().await;
+            chaos.services.rabbit.stop().await;
+            chaos.services.rabbit.start_again().await;
             faults.push(clock.record(
                 "broker restart",
                 "RabbitMQ stopped (SIGTERM) and started again on its data".to_owned(),
@@ -257,12 +268,12 @@ pub async fn inject(
         chaos,
         faults,
         missed,
-        poison,
+        poison: Some(poison),
     }
 }
 
 /// The provider calls in flight now: arrived lately, not answered yet.
-fn calls_in_flight(fake: &FakeProvider) -> Vec<usize> {
+pub fn calls_in_flight(fake: &FakeProvider) -> Vec<usize> {
     let answered: std::collections::BTreeSet<usize> =
         fake.answers().iter().map(|a| a.seq).collect();
     fake.requests()
@@ -272,7 +283,7 @@ fn calls_in_flight(fake: &FakeProvider) -> Vec<usize> {
         .collect()
 }
 
-fn all_answered(fake: &FakeProvider, calls: &[usize]) -> bool {
+pub fn all_answered(fake: &FakeProvider, calls: &[usize]) -> bool {
     let answered: std::collections::BTreeSet<usize> =
         fake.answers().iter().map(|a| a.seq).collect();
     calls.iter().all(|c| answered.contains(c))
@@ -280,7 +291,11 @@ fn all_answered(fake: &FakeProvider, calls: &[usize]) -> bool {
 
 /// Waits until the fake provider has received `n` requests. Once one threshold was missed the
 /// run has stalled, and the later ones are not waited for.
-async fn reach(fake: &FakeProvider, n: usize, stalled: &mut Option<String>) -> Result<(), String> {
+pub async fn reach(
+    fake: &FakeProvider,
+    n: usize,
+    stalled: &mut Option<String>,
+) -> Result<(), String> {
     if let Some(why) = stalled {
         return Err(format!("not reached either ({why})"));
     }

@@ -194,6 +194,13 @@ impl Pool {
         metric(addr, name).await.values().sum()
     }
 
+    /// One series of a scheduler metric, by its label text (`backend="redis"`); `None` when it
+    /// cannot be read.
+    pub async fn scheduler_series(&self, name: &str, labels: &str) -> Option<f64> {
+        let addr = self.api_url.trim_start_matches("http://");
+        metric(addr, name).await.get(labels).copied()
+    }
+
     /// Whether the scheduler process is still running.
     pub fn scheduler_alive(&mut self) -> bool {
         matches!(self.scheduler.child.try_wait(), Ok(None))
