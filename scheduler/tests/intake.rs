@@ -99,7 +99,9 @@ async fn a_store_out_of_room_refuses_new_tasks_until_it_has_room_again() {
     let (scheduler, _registry) =
         support::memory_scheduler_over(store.clone(), std::sync::Arc::new(source), None, |_| {});
 
-    store.set_pressure(Some("Redis at 127.0.0.1:6379 holds 95 % of its maxmemory".into()));
+    store.set_pressure(Some(
+        "Redis at 127.0.0.1:6379 holds 95 % of its maxmemory".into(),
+    ));
     let refused = scheduler.submit_review(review()).await.unwrap_err();
     let ServiceError::Overloaded {
         reason,
