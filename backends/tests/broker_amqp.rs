@@ -1,18 +1,22 @@
 //! What only the RabbitMQ broker does, against the real RabbitMQ on 127.0.0.1:5672 (SPEC Q1, Q5):
 //! its topology and the errors naming it, credentials kept out of errors, messages and dead letters
 //! as AMQP sees them, delay buckets, unroutable messages, a consumer whose queue is deleted,
-//! recovery from a cut connection with stale acks, and the publish timeout during an outage.
+//! recovery from a cut connection with stale acks, the publish timeout during an outage, a node
+//! list (start-up and reconnection move through it), and resource alarms.
 //! Everything the in-memory broker promises too is in the conformance suite, `broker.rs`.
 //!
 //! Every test uses its own name prefix and deletes its queues and exchanges when it ends (see
 //! `support::rabbitmq`). Connection loss is made with an in-test TCP proxy that the test cuts and
-//! restores: the shared RabbitMQ is never restarted.
+//! restores, a broker URL's node list with several proxies: the shared RabbitMQ is never
+//! restarted. What needs a node to stop or to raise a resource alarm runs on private RabbitMQ
+//! deployments of its own (`verdict_testkit::services`): a three-node cluster losing the node
+//! the broker is connected to under load, and a single node's memory alarm.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -22,12 +26,13 @@ use lapin::types::{AMQPValue, FieldTable};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verdict_backends::broker::amqp::AmqpBroker;
+use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
 use verdict_backends::broker::{
     AckStatus, Broker, BrokerError, DEAD_LETTER_REASON_HEADER, DELIVERY_LIMIT_REASON, Deliveries,
     Delivery, Message, Route,
 };
 use verdict_proto::wire::Priority;
+use verdict_testkit::services::{PrivateRabbit, RabbitCluster};
 
 use support::rabbitmq::{RABBIT, config, raw_connection, url};
 use support::wait::{PROMPTLY, eventually, within};
@@ -612,4 +617,314 @@ async fn a_malformed_node_list_is_refused_before_connecting() {
     let text = error.to_string();
     assert!(text.contains("empty entry in its node list"), "{text}");
     assert!(!text.contains("s3cret-pw"), "{text}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Private RabbitMQ deployments: a cluster losing a node, a node raising a resource alarm. Slow
+// (a node boots in 5–20 s), so one deployment per test.
+
+/// The settings of a broker on a private deployment at `url`.
+fn private_config(url: String) -> AmqpConfig {
+    let mut config = AmqpConfig::new(url);
+    config.prefix = format!("test-{:016x}", rand::random::<u64>());
+    config.connection_name = format!("verdict-{}", config.prefix);
+    config.reconnect_max_delay = Duration::from_millis(500);
+    config
+}
+
+/// The number in a [`message`] made from a number.
+fn number(delivery: &Delivery) -> u64 {
+    let body: serde_json::Value = serde_json::from_slice(&delivery.message.body).unwrap();
+    body["n"].as_str().unwrap().parse().unwrap()
+}
+
+/// Publishes numbered messages one after another until `stop`, from `first` up, recording the
+/// ones the broker confirmed; a failed publish (the node going away under it) is noted and the
+/// next number published.
+fn publish_numbers(
+    broker: Arc<AmqpBroker>,
+    first: u64,
+    confirmed: Arc<std::sync::Mutex<BTreeSet<u64>>>,
+    failed: Arc<std::sync::Mutex<Vec<String>>>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut n = first;
+        while !stop.is_cancelled() {
+            match broker.publish(INTERACTIVE, &message(&n.to_string())).await {
+                Ok(()) => {
+                    confirmed.lock().unwrap().insert(n);
+                }
+                Err(error) => failed.lock().unwrap().push(format!("{n}: {error}")),
+            }
+            n += 1;
+        }
+    })
+}
+
+/// A three-node cluster under load loses the node the broker is connected to: both connections
+/// move to another node, consumers consume again, publishing goes on, every confirmed message
+/// is delivered at least once, and the quorum queue keeps its majority.
+#[tokio::test]
+async fn a_cluster_node_lost_under_load_loses_no_confirmed_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster =
+        RabbitCluster::start(&dir.path().join("data"), &dir.path().join("logs")).await;
+    let mut config = private_config(cluster.url());
+    config.publish_channels = 4;
+    let broker = Arc::new(AmqpBroker::connect(config).await.unwrap());
+    let (Some(node), Some(consuming)) = broker.connected_nodes() else {
+        panic!("not connected: {:?}", broker.connected_nodes());
+    };
+    assert_eq!(node, consuming);
+    let lost = cluster
+        .node_urls()
+        .iter()
+        .position(|url| url.contains(&format!("@{node}/")))
+        .unwrap_or_else(|| panic!("{node} is none of {:?}", cluster.node_urls()));
+
+    // Everything received, acknowledged as it comes (a stale ack is redelivered: received again).
+    let received = Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+    let mut deliveries = broker.consume(INTERACTIVE, 50).await.unwrap();
+    let consumer = {
+        let received = Arc::clone(&received);
+        tokio::spawn(async move {
+            while let Some(delivery) = deliveries.next().await {
+                received.lock().unwrap().insert(number(&delivery));
+                let _ = delivery.acker.ack().await;
+            }
+        })
+    };
+    let confirmed = Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+    let failed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stop = CancellationToken::new();
+    let publishers: Vec<_> = (0..4)
+        .map(|p| {
+            publish_numbers(
+                Arc::clone(&broker),
+                p * 1_000_000,
+                Arc::clone(&confirmed),
+                Arc::clone(&failed),
+                stop.clone(),
+            )
+        })
+        .collect();
+    let confirmed_count = || confirmed.lock().unwrap().len();
+    // What a failure needs explaining: the progress every half second (shown when it fails).
+    let progress = {
+        let (confirmed, received, failed) = (
+            Arc::clone(&confirmed),
+            Arc::clone(&received),
+            Arc::clone(&failed),
+        );
+        let broker = Arc::clone(&broker);
+        tokio::spawn(async move {
+            let start = Instant::now();
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let (count, last) = {
+                    let failed = failed.lock().unwrap();
+                    (failed.len(), failed.last().cloned())
+                };
+                eprintln!(
+                    "{:?}: confirmed {} received {} failed {count} ({last:?}) nodes {:?} health {:?}",
+                    start.elapsed(),
+                    confirmed.lock().unwrap().len(),
+                    received.lock().unwrap().len(),
+                    broker.connected_nodes(),
+                    broker.health()
+                );
+            }
+        })
+    };
+    eventually("messages to flow before the loss", || async {
+        confirmed_count() >= 200 && received.lock().unwrap().len() >= 100
+    })
+    .await;
+
+    // The node goes away; a watcher times the outage as the broker sees it.
+    let watcher = {
+        let broker = Arc::clone(&broker);
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut lost_at = None;
+            loop {
+                let connected = broker.health().connected;
+                match (lost_at, connected) {
+                    (None, false) => lost_at = Some(Instant::now()),
+                    (Some(at), true) => return Instant::now() - at,
+                    _ => {}
+                }
+                assert!(Instant::now() < deadline, "the broker never reconnected");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    eprintln!("stopping node {lost} ({node}) of {:?}", cluster.node_urls());
+    let stopping = Instant::now();
+    cluster.stop_node(lost).await;
+    let stopped_in = stopping.elapsed();
+    let outage = within("the reconnection", watcher).await.unwrap();
+    let (Some(now_on), Some(consuming)) = broker.connected_nodes() else {
+        panic!("not reconnected: {:?}", broker.connected_nodes());
+    };
+    assert_ne!(now_on, node, "publishing is still on the stopped node");
+    assert_ne!(consuming, node, "consuming is still on the stopped node");
+    let (confirmed_at_loss, received_at_loss) = (confirmed_count(), received.lock().unwrap().len());
+    eventually(
+        "publishing and consuming to go on after the loss",
+        || async {
+            confirmed_count() >= confirmed_at_loss + 200
+                && received.lock().unwrap().len() >= received_at_loss + 200
+        },
+    )
+    .await;
+    stop.cancel();
+    for publisher in publishers {
+        within("a publisher to stop", publisher).await.unwrap();
+    }
+
+    let confirmed = confirmed.lock().unwrap().clone();
+    eventually("every confirmed message to be delivered", || async {
+        confirmed.is_subset(&received.lock().unwrap())
+    })
+    .await;
+    eventually("health to recover", || async {
+        let health = broker.health();
+        health.connected && health.consumers_alive
+    })
+    .await;
+    // The queue kept its majority: two of three nodes run and it answers.
+    assert_eq!(cluster.running_nodes().await.len(), 2);
+    broker.queue_stats(INTERACTIVE).await.unwrap();
+    let failed = failed.lock().unwrap().clone();
+    eprintln!(
+        "node {node} stopped in {stopped_in:?}; the broker was disconnected for {outage:?} and \
+         moved to {now_on}; {} messages confirmed, {} publishes failed: {:?}",
+        confirmed.len(),
+        failed.len(),
+        failed.iter().take(5).collect::<Vec<_>>()
+    );
+    progress.abort();
+    broker.close().await;
+    consumer.abort();
+}
+
+/// A memory alarm blocks the publishing connection only: publishing fails with `Blocked` after
+/// `publish_timeout` and `pressure` names the alarm, while deliveries published before it are
+/// still received and acknowledged. Once it clears, publishing goes on and nothing is lost.
+#[tokio::test]
+async fn a_resource_alarm_holds_publishing_back_while_acks_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let rabbit = PrivateRabbit::start(&dir.path().join("data"), &dir.path().join("logs")).await;
+    let mut config = private_config(rabbit.url());
+    config.publish_timeout = Duration::from_secs(2);
+    let broker = AmqpBroker::connect(config.clone()).await.unwrap();
+    let mut deliveries = broker.consume(INTERACTIVE, 10).await.unwrap();
+    let mut confirmed = BTreeSet::new();
+    for n in 0..6 {
+        broker
+            .publish(INTERACTIVE, &message(&n.to_string()))
+            .await
+            .unwrap();
+        confirmed.insert(n);
+    }
+    // Three received and held before the alarm, three waiting in the prefetch buffer.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(next(&mut deliveries).await);
+    }
+
+    rabbit.set_memory_alarm(true).await;
+    rabbit.await_alarm(true).await;
+    // RabbitMQ 3.10 tells a connection that it is blocked when it publishes during the alarm,
+    // and may still take that publish; the next one finds the connection blocked.
+    // Timed from the first publish during the alarm until `pressure` reports it.
+    let publishing_started = Instant::now();
+    let pressure_known = async {
+        while broker.pressure().is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        publishing_started.elapsed()
+    };
+    let publishing = async {
+        let mut taken = Vec::new();
+        for n in 100..105u64 {
+            let started = Instant::now();
+            match broker.publish(INTERACTIVE, &message(&n.to_string())).await {
+                Ok(()) => taken.push(n),
+                Err(error) => return (taken, Some((error, started.elapsed()))),
+            }
+        }
+        (taken, None)
+    };
+    let (detected, (taken, blocked)) = within("a publish to be held back", async {
+        tokio::join!(pressure_known, publishing)
+    })
+    .await;
+    confirmed.extend(taken);
+    let (error, waited) = blocked.expect("a publish during the alarm went through every time");
+    let BrokerError::Blocked { reason, .. } = &error else {
+        panic!("expected Blocked, got {error:?}");
+    };
+    assert!(reason.contains("low on memory"), "{reason}");
+    assert!(error.is_retryable());
+    assert!(
+        error.to_string().contains("vm_memory_high_watermark"),
+        "{error}"
+    );
+    assert!(
+        waited >= Duration::from_millis(1900) && waited < Duration::from_secs(10),
+        "failed after {waited:?}, publish_timeout is 2 s"
+    );
+    let pressure = broker.pressure().expect("pressure during the alarm");
+    assert!(pressure.contains("low on memory"), "{pressure}");
+
+    // Consuming goes on: what was held is acknowledged, what waited is received and acked.
+    for delivery in held.drain(..) {
+        assert_eq!(delivery.acker.ack().await.unwrap(), AckStatus::Done);
+    }
+    for _ in 0..3 {
+        let delivery = next(&mut deliveries).await;
+        assert!(number(&delivery) < 6, "{}", body(&delivery));
+        assert_eq!(delivery.acker.ack().await.unwrap(), AckStatus::Done);
+    }
+    assert!(broker.health().connected);
+
+    rabbit.set_memory_alarm(false).await;
+    let cleared = Instant::now();
+    eventually("the pressure to lift", || async {
+        broker.pressure().is_none()
+    })
+    .await;
+    let lifted_in = cleared.elapsed();
+    rabbit.await_alarm(false).await;
+    broker.publish(INTERACTIVE, &message("200")).await.unwrap();
+    confirmed.insert(200);
+
+    // Nothing confirmed is lost, and the acks sent during the alarm arrived: a new broker on the
+    // queue finds none of 0–5 again.
+    broker.close().await;
+    let broker = AmqpBroker::connect(config).await.unwrap();
+    let mut deliveries = broker.consume(INTERACTIVE, 50).await.unwrap();
+    let mut after = BTreeSet::new();
+    while !confirmed
+        .iter()
+        .filter(|n| **n >= 6)
+        .all(|n| after.contains(n))
+    {
+        let delivery = next(&mut deliveries).await;
+        after.insert(number(&delivery));
+        delivery.acker.ack().await.unwrap();
+    }
+    assert!(
+        after.iter().all(|n| *n >= 6),
+        "acked during the alarm, delivered again: {after:?}"
+    );
+    eprintln!(
+        "alarm: pressure known {detected:?} after the first publish during the alarm began; a \
+         publish failed Blocked after {waited:?}; the pressure lifted {lifted_in:?} after \
+         the watermark was put back"
+    );
+    broker.close().await;
 }

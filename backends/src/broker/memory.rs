@@ -155,9 +155,9 @@ impl MemoryBroker {
     /// Holds publishing back as a RabbitMQ resource alarm does, for tests of what callers do
     /// then: while `reason` is `Some`, [`Broker::pressure`] reports it and every publish, delayed
     /// publish and dead letter fails with [`BrokerError::Blocked`] carrying it; consuming and
-    /// settling go on. `None` lifts it.
-    pub fn set_pressure(&self, reason: Option<&str>) {
-        self.lock().pressure = reason.map(str::to_owned);
+    /// settling go on. `None` lifts it. (The memory store's `set_pressure` is its counterpart.)
+    pub fn set_pressure(&self, reason: Option<String>) {
+        self.lock().pressure = reason;
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -696,7 +696,7 @@ mod tests {
         let mut deliveries = broker.consume(INTERACTIVE, 1).await.unwrap();
         let before = ready(&mut deliveries);
 
-        broker.set_pressure(Some("RabbitMQ resource alarm: low on memory"));
+        broker.set_pressure(Some("RabbitMQ resource alarm: low on memory".to_owned()));
         assert_eq!(
             broker.pressure().as_deref(),
             Some("RabbitMQ resource alarm: low on memory")

@@ -127,7 +127,12 @@ pub enum BrokerError {
     Connect { url: String, reason: String },
     #[error("broker topology: {0}")]
     Topology(String),
-    #[error("the broker refused the message (publisher confirm nack) for {route}")]
+    /// Every try within the publish deadline was nacked.
+    #[error(
+        "the broker refused the message (publisher confirm nack) for {route} until the publish \
+         deadline; check that a majority of the RabbitMQ cluster's nodes is running and the \
+         queue has a leader (rabbitmq-queues quorum_status), then publish again"
+    )]
     Nacked { route: String },
     #[error(
         "the message for {route} was returned as unroutable: no queue is bound (reply {reply_code} {reply_text})"

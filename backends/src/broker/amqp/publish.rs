@@ -28,6 +28,9 @@ use std::time::Duration;
 /// The pause before publishing again after a connection-level failure.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
+/// The longest pause before sending a nacked message again.
+const NACK_PAUSE_MAX: Duration = Duration::from_secs(1);
+
 /// How long a channel set aside after a publish timed out may take to close: long enough for a
 /// resource alarm to clear, after which lapin sends the close.
 const DISCARD_TIMEOUT: Duration = Duration::from_secs(600);
@@ -56,8 +59,9 @@ pub(super) struct Target<'a> {
 impl Shared {
     /// Publishes on the publishing connection and waits for the confirm, all within
     /// `publish_timeout`: an outage is waited out ([`BrokerError::Connect`] at the deadline), so
-    /// is RabbitMQ blocking the connection ([`BrokerError::Blocked`]), and a confirm that does
-    /// not come in time is [`BrokerError::Unconfirmed`] — the message may still arrive.
+    /// is RabbitMQ blocking the connection ([`BrokerError::Blocked`]) or refusing the message
+    /// ([`BrokerError::Nacked`]: sent again on a new channel until then), and a confirm that
+    /// does not come in time is [`BrokerError::Unconfirmed`] — the message may still arrive.
     pub(super) async fn publish_to(
         &self,
         target: Target<'_>,
@@ -67,6 +71,7 @@ impl Shared {
         let deadline = Instant::now() + self.config.publish_timeout;
         let exchange = short(target.exchange)?;
         let routing_key = short(target.routing_key)?;
+        let mut nack_pause = RETRY_PAUSE;
         loop {
             let link = self.wait_link(Role::Publishing, Some(deadline)).await?;
             // Nothing is sent while RabbitMQ blocks the connection: lapin would hold it (and
@@ -130,9 +135,26 @@ impl Shared {
                     });
                 }
                 Ok(Confirmation::Nack(None)) => {
-                    return Err(BrokerError::Nacked {
-                        route: target.label.to_owned(),
-                    });
+                    // RabbitMQ 3.10 lets a channel's quorum-queue client ask the node of the
+                    // leader it first learnt of, and nack every publish while that node is down,
+                    // even after another leader took over: only a new channel asks the queue
+                    // again. A nack is rare otherwise (the queues have no length limit), so the
+                    // channel is replaced and the message sent again until the deadline.
+                    if let Some(publisher) = slot.take() {
+                        discard(publisher.channel);
+                    }
+                    drop(slot);
+                    if Instant::now() + nack_pause >= deadline {
+                        return Err(BrokerError::Nacked {
+                            route: target.label.to_owned(),
+                        });
+                    }
+                    tracing::debug!(
+                        destination = target.label,
+                        "publish nacked; sending it again"
+                    );
+                    tokio::time::sleep(nack_pause).await;
+                    nack_pause = (nack_pause * 2).min(NACK_PAUSE_MAX);
                 }
                 Ok(Confirmation::NotRequested) => {
                     *slot = None;
