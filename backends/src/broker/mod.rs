@@ -191,7 +191,9 @@ impl BrokerError {
 /// Liveness of the broker connection and its consumers, for readiness probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BrokerHealth {
-    /// Connected to the broker; false while reconnecting and once shutdown closed it.
+    /// Connected to the broker (RabbitMQ: the publishing and the consuming connection both);
+    /// false while reconnecting and once shutdown closed it. A connection RabbitMQ blocks during
+    /// a resource alarm is still connected: see [`Broker::pressure`].
     pub connected: bool,
     /// Every subscription has a live consumer on the broker; false from the start of shutdown.
     pub consumers_alive: bool,
