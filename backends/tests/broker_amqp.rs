@@ -810,9 +810,9 @@ async fn a_cluster_node_lost_under_load_loses_no_confirmed_message() {
     consumer.abort();
 }
 
-/// A memory alarm blocks the publishing connection only: publishing fails with `Blocked` after
-/// `publish_timeout` and `pressure` names the alarm, while deliveries published before it are
-/// still received and acknowledged. Once it clears, publishing goes on and nothing is lost.
+/// A memory alarm blocks the publishing connection only: `pressure` names the alarm before
+/// anything of ours is published (the broker's probe), publishing fails with `Blocked` after
+/// `publish_timeout`, while deliveries published before it are still received and acknowledged. Once it clears, publishing goes on and nothing is lost.
 #[tokio::test]
 async fn a_resource_alarm_holds_publishing_back_while_acks_go_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -837,6 +837,13 @@ async fn a_resource_alarm_holds_publishing_back_while_acks_go_on() {
 
     rabbit.set_memory_alarm(true).await;
     rabbit.await_alarm(true).await;
+    // Nothing of ours published yet during the alarm: the broker's own probe makes it known.
+    let alarm_on = Instant::now();
+    eventually("the alarm probe to see the alarm", || async {
+        broker.pressure().is_some()
+    })
+    .await;
+    let probed_in = alarm_on.elapsed();
     // RabbitMQ 3.10 tells a connection that it is blocked when it publishes during the alarm,
     // and may still take that publish; the next one finds the connection blocked.
     // Timed from the first publish during the alarm until `pressure` reports it.
@@ -922,7 +929,8 @@ async fn a_resource_alarm_holds_publishing_back_while_acks_go_on() {
         "acked during the alarm, delivered again: {after:?}"
     );
     eprintln!(
-        "alarm: pressure known {detected:?} after the first publish during the alarm began; a \
+        "alarm: seen by the probe {probed_in:?} after the alarm was raised; pressure known \
+         {detected:?} after the first publish during the alarm began; a \
          publish failed Blocked after {waited:?}; the pressure lifted {lifted_in:?} after \
          the watermark was put back"
     );

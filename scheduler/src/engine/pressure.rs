@@ -132,7 +132,7 @@ mod tests {
         assert_eq!(pressure.check(), Ok(()));
 
         store.set_pressure(Some("Redis at 95 % of its maxmemory".into()));
-        broker.set_pressure(Some("RabbitMQ resource alarm: low on memory"));
+        broker.set_pressure(Some("RabbitMQ resource alarm: low on memory".into()));
         let Err(ServiceError::Overloaded {
             reason,
             retry_after_secs,

@@ -8,6 +8,8 @@
 //!   with backoff through the nodes in turn, re-declare), and RabbitMQ's blocking of publishers.
 //! - `publish`: confirmed, `mandatory`, persistent publishing within a deadline; returned
 //!   messages are failures; a blocked connection is waited out, then a failure.
+//! - `probe`: a message to nowhere every two seconds once pressure is asked about, so an alarm
+//!   is known before anything needs publishing.
 //! - `consume`: subscriptions that survive reconnects and broker-side cancellations; ackers that
 //!   report stale acknowledgements.
 //! - `message`: the mapping between [`Message`] and AMQP properties and headers.
@@ -16,6 +18,7 @@ mod config;
 mod consume;
 mod link;
 mod message;
+mod probe;
 mod publish;
 mod topology;
 
@@ -77,6 +80,8 @@ struct Shared {
     stop_consuming: CancellationToken,
     /// Shutdown, step 2: no more reconnecting; waiting publishes fail.
     closing: CancellationToken,
+    /// Set by the first question about pressure, which starts the alarm probe.
+    probing: std::sync::Once,
 }
 
 impl AmqpBroker {
@@ -106,6 +111,7 @@ impl AmqpBroker {
             outstanding: Arc::new(watch::Sender::new(0)),
             stop_consuming: CancellationToken::new(),
             closing: CancellationToken::new(),
+            probing: std::sync::Once::new(),
         });
         let broker = AmqpBroker { shared };
         let shared = &broker.shared;
@@ -458,8 +464,15 @@ impl Broker for AmqpBroker {
         }
     }
 
-    /// What RabbitMQ said when it blocked the publishing connection, while it does.
+    /// What RabbitMQ said when it blocked the publishing connection, while it does. The first
+    /// call starts the alarm probe (`probe`), so an alarm is seen within a few seconds even when
+    /// nothing else is published.
     fn pressure(&self) -> Option<String> {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.shared
+                .probing
+                .call_once(|| drop(runtime.spawn(probe::run(Arc::clone(&self.shared)))));
+        }
         self.shared.publishing.blocked_reason()
     }
 
