@@ -26,6 +26,11 @@ use verdict_backends::broker::{Broker, BrokerError, Delivery, Message, Route};
 use verdict_backends::ratelimit::SlotLimiter;
 use verdict_backends::store::{CancelSignals, Claim, ResultStore};
 
+/// How long a recorded result's delivery is held while the broker cannot take the result: well
+/// below RabbitMQ's `consumer_timeout` (30 min by default), which would close the channel over a
+/// delivery held longer.
+const RESULT_PATIENCE: Duration = Duration::from_secs(10 * 60);
+
 /// How a worker consumes.
 #[derive(Debug, Clone)]
 pub struct ConsumerSettings {
@@ -299,10 +304,7 @@ impl Consumer {
             Ok(Claim::Done(result)) => {
                 // Redelivered after its result was recorded (E7): publish it again (the first
                 // publication may be what was lost) and acknowledge, without running.
-                let settle_as = match self.publish_result(&result).await {
-                    Ok(()) => Settle::Ack,
-                    Err(_) => Settle::Requeue,
-                };
+                let settle_as = self.deliver_result(&result, &hard_stop).await;
                 self.count("already_done");
                 settle(delivery, settle_as).await;
                 return;
@@ -397,7 +399,11 @@ impl Consumer {
             )
             .0
         } else {
-            tokio::join!(self.finish(&request, &execution.result), transcript.store()).0
+            tokio::join!(
+                self.finish(&request, &execution.result, &hard_stop),
+                transcript.store()
+            )
+            .0
         };
         // The lease is kept until the result is recorded (or the stage deferred).
         lease.stop.cancel();
@@ -428,7 +434,12 @@ impl Consumer {
     /// retried (with the delivery unacknowledged and the lease renewed) for
     /// [`ConsumerSettings::record_retry`]; after that the stage is deferred, and its re-run
     /// answers from the response journal instead of paying the provider again.
-    async fn finish(&self, request: &StageRequest, result: &StageResult) -> Settle {
+    async fn finish(
+        &self,
+        request: &StageRequest,
+        result: &StageResult,
+        hard_stop: &CancellationToken,
+    ) -> Settle {
         let s = &self.inner.settings;
         let deadline = tokio::time::Instant::now() + s.record_retry;
         let mut wait = Duration::from_millis(200);
@@ -447,9 +458,38 @@ impl Consumer {
                 }
             }
         };
-        match self.publish_result(&stored).await {
-            Ok(()) => Settle::Ack,
-            Err(_) => Settle::Requeue,
+        self.deliver_result(&stored, hard_stop).await
+    }
+
+    /// Publishes a recorded result; `Ack` once the broker confirmed it. While the broker cannot
+    /// take it for a reason that passes (an outage, a resource alarm holding publishers back) the
+    /// delivery is held, its lease renewed, and publishing tried again for up to
+    /// [`RESULT_PATIENCE`]: given back instead, every attempt would count towards the queue's
+    /// delivery limit, and a long alarm would dead-letter stages whose results are recorded.
+    /// Given back (`Requeue`) after that, on a failure that will not pass, or at a hard stop.
+    async fn deliver_result(&self, result: &StageResult, hard_stop: &CancellationToken) -> Settle {
+        let give_up = tokio::time::Instant::now() + RESULT_PATIENCE;
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match self.publish_result(result).await {
+                Ok(()) => return Settle::Ack,
+                Err(e)
+                    if e.is_retryable()
+                        && !hard_stop.is_cancelled()
+                        && tokio::time::Instant::now() + wait < give_up =>
+                {
+                    tracing::warn!(error = %e, wait_seconds = wait.as_secs(), "result not published; holding the delivery and publishing again");
+                    tokio::select! {
+                        () = hard_stop.cancelled() => return Settle::Requeue,
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(30));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "result not published; giving the delivery back to be redelivered, which publishes it again");
+                    return Settle::Requeue;
+                }
+            }
         }
     }
 
@@ -463,11 +503,7 @@ impl Consumer {
             .headers
             .insert("x-verdict-task".into(), result.task_id.clone());
         verdict_backends::trace::inject(&mut message.headers);
-        let published = self.inner.broker.publish(Route::Results, &message).await;
-        if let Err(e) = &published {
-            tracing::warn!(error = %e, "result not published; the stage will be redelivered and republish it");
-        }
-        published
+        self.inner.broker.publish(Route::Results, &message).await
     }
 
     /// The request published again to come back after `delay`, then this delivery acknowledged

@@ -351,6 +351,45 @@ async fn a_result_the_store_cannot_take_yet_is_held_and_recorded_once_it_returns
     pool.stop().await;
 }
 
+/// A broker holding publishers back (a resource alarm) when the result is ready: the recorded
+/// result's delivery is held and its publication tried again, not given back — every give-back
+/// would count towards the queue's delivery limit, and a long alarm would dead-letter stages
+/// that are done — and it is published once the alarm is over, the stage run and paid once.
+#[tokio::test(start_paused = true)]
+async fn a_result_the_broker_holds_back_is_held_and_published_once_it_takes_it() {
+    let pool = pool(0, 0);
+    let stage = request(
+        StageKind::Review,
+        RepairMode::Conversation,
+        2,
+        far_future(&pool.rig),
+    );
+    pool.publish(&stage).await;
+    pool.broker
+        .set_pressure(Some("RabbitMQ resource alarm: low on memory".into()));
+    while pool
+        .results
+        .store
+        .get(&stage.task_id, &stage.stage_id)
+        .await
+        .unwrap()
+        .is_none()
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A few minutes of alarm: the delivery stays with this worker, nothing is redelivered.
+    tokio::time::sleep(Duration::from_secs(180)).await;
+    assert_eq!(pool.deliveries("already_done"), 0.0, "never given back");
+
+    pool.broker.set_pressure(None);
+    let result = pool.next_result().await;
+    assert_eq!(result.stage_id, stage.stage_id);
+    assert_eq!(pool.deliveries("executed"), 1.0);
+    assert_eq!(pool.deliveries("already_done"), 0.0);
+    assert_eq!(pool.rig.provider.requests().len(), 1, "paid once");
+    pool.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_store_that_cannot_be_reached_when_claiming_defers_the_stage() {
     let pool = pool(2, 0);
