@@ -161,16 +161,19 @@ pub async fn inject(
                 set_maxmemory(port, 0).await;
             }
             let cleared = await_pressure(&chaos.pool, "redis", false).await;
-            match outcome.and_then(|probe| cleared.map(|()| probe)) {
-                Ok(detail) => faults.push(clock.record(
-                    "Redis near its maxmemory",
-                    format!(
-                        "every primary's maxmemory set to {FULL_PERCENT} % full; {detail}; maxmemory lifted and intake resumed"
-                    ),
-                    begun,
-                )),
-                Err(e) => missed.push(format!("Redis near its maxmemory: {e}")),
-            }
+            let detail = outcome.and_then(|probe| cleared.map(|()| {
+                format!(
+                    "every primary's maxmemory set to {FULL_PERCENT} % full; {probe}; maxmemory lifted and intake resumed"
+                )
+            }));
+            conclude(
+                &clock,
+                &mut faults,
+                &mut missed,
+                "Redis near its maxmemory",
+                detail,
+                begun,
+            );
         }
     }
 
@@ -186,14 +189,17 @@ pub async fn inject(
             rabbit.set_memory_alarm(false).await;
             rabbit.await_alarm(false).await;
             let cleared = await_pressure(&chaos.pool, "broker", false).await;
-            match outcome.and_then(|probe| cleared.map(|()| probe)) {
-                Ok(detail) => faults.push(clock.record(
-                    "RabbitMQ memory alarm",
-                    format!("publishers blocked on every node; {detail}; alarm cleared and intake resumed"),
-                    begun,
-                )),
-                Err(e) => missed.push(format!("a RabbitMQ memory alarm: {e}")),
-            }
+            let detail = outcome.and_then(|probe| cleared.map(|()| {
+                format!("publishers blocked on every node; {probe}; alarm cleared and intake resumed")
+            }));
+            conclude(
+                &clock,
+                &mut faults,
+                &mut missed,
+                "RabbitMQ memory alarm",
+                detail,
+                begun,
+            );
         }
     }
 
@@ -203,6 +209,21 @@ pub async fn inject(
         faults,
         missed,
         poison: None,
+    }
+}
+
+/// A fault that was injected as `detail` says, or missed for the reason it gives.
+fn conclude(
+    clock: &Clock,
+    faults: &mut Vec<Fault>,
+    missed: &mut Vec<String>,
+    name: &'static str,
+    detail: Result<String, String>,
+    begun: (Duration, usize),
+) {
+    match detail {
+        Ok(detail) => faults.push(clock.record(name, detail, begun)),
+        Err(why) => missed.push(format!("{name}: {why}")),
     }
 }
 
