@@ -56,31 +56,37 @@ impl RedisStore {
 
     async fn get_document(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
         let doc_key = self.document_key(key);
-        let mut pipe = redis::pipe();
-        pipe.cmd("HMGET").arg(&doc_key).arg("v").arg("body");
-        let legacy = self.legacy_document_key(key);
-        if let Some(legacy) = &legacy {
-            pipe.cmd("HMGET").arg(legacy).arg("v").arg("body");
+        match self.read_document(&doc_key).await? {
+            // Only a record not found under its name is looked for under its old one.
+            None => match self.legacy_document_key(key) {
+                Some(legacy) => self.read_document(&legacy).await,
+                None => Ok(None),
+            },
+            found => Ok(found),
         }
-        let mut found: Vec<(Option<String>, Option<Vec<u8>>)> = self
-            .query_pipeline("get document", &doc_key, Replay::Safe, &pipe)
+    }
+
+    async fn read_document(&self, doc_key: &str) -> Result<Option<Versioned>, StoreError> {
+        let (version, body): (Option<String>, Option<Vec<u8>>) = self
+            .query(
+                "get document",
+                doc_key,
+                Replay::Safe,
+                redis::cmd("HMGET").arg(doc_key).arg("v").arg("body"),
+            )
             .await?;
-        let (read_from, (version, body)) = match (found.first(), legacy) {
-            (Some((None, None)), Some(legacy)) if found.len() > 1 => (legacy, found.remove(1)),
-            _ => (doc_key, found.swap_remove(0)),
-        };
         match (version, body) {
             (None, None) => Ok(None),
             (Some(version), Some(body)) => {
                 let version = version.parse().map_err(|_| StoreError::Corrupt {
-                    key: read_from.clone(),
+                    key: doc_key.to_owned(),
                     reason: format!("version `{version}` is not a number"),
                 })?;
-                let body = unpack_text(&read_from, &body)?;
+                let body = unpack_text(doc_key, &body)?;
                 Ok(Some(Versioned { version, body }))
             }
             _ => Err(StoreError::Corrupt {
-                key: read_from,
+                key: doc_key.to_owned(),
                 reason: "the document lacks its version or its body".into(),
             }),
         }
