@@ -6,12 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use verdict_backends::clock::Clock;
-use verdict_backends::store::{EventLog, StoredEvent};
+use verdict_backends::store::{EventLog, StoreError, StoredEvent};
 use verdict_proto::wire::{ProgressEvent, WIRE_VERSION};
 
 use super::{SchedulerDeps, unavailable};
 use crate::pipeline::Draft;
 use crate::service::ServiceError;
+
+/// How long a transition's events are offered again to a store out of memory: about as long as
+/// an operator's first response to the alert, while the result that brought them waits.
+const FULL_PATIENCE: Duration = Duration::from_secs(60);
 
 /// The progress streams; cheap to clone.
 #[derive(Debug, Clone)]
@@ -30,6 +34,7 @@ impl Progress {
 
     /// Appends `drafts` in order, all stamped with the current time. A failure is logged, not
     /// returned: events follow a stored change, and a lost event never undoes it (decision 32).
+    /// A store out of memory is waited out for up to [`FULL_PATIENCE`] first.
     pub async fn append(&self, task_id: &str, drafts: &[Draft]) {
         let now = self.clock.now_unix_ms();
         let events: Vec<ProgressEvent> = drafts
@@ -45,9 +50,24 @@ impl Progress {
                 data: draft.data.clone(),
             })
             .collect();
-        // One round trip for the transition's events (decision 172).
-        if let Err(e) = self.events.append_all(&events).await {
-            tracing::warn!(error = %e, task = %task_id, events = events.len(), "progress events not recorded");
+        // One round trip for the transition's events (decision 172). A store out of memory
+        // refused them whole and took nothing, so they are offered again while it is full (the
+        // change they follow is stored: without them a finished task would have no
+        // `task-finished` event); any other failure may have written them, and is not resent.
+        let give_up = tokio::time::Instant::now() + FULL_PATIENCE;
+        let mut wait = Duration::from_millis(250);
+        loop {
+            match self.events.append_all(&events).await {
+                Ok(_) => return,
+                Err(StoreError::Full(_)) if tokio::time::Instant::now() + wait < give_up => {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, task = %task_id, events = events.len(), "progress events not recorded");
+                    return;
+                }
+            }
         }
     }
 
@@ -79,5 +99,94 @@ impl Progress {
             .read(task_id, after, wait)
             .await
             .map_err(unavailable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use verdict_backends::BoxFuture;
+    use verdict_backends::clock::SystemClock;
+    use verdict_backends::store::EventSink;
+    use verdict_backends::store::memory::MemoryStore;
+    use verdict_proto::wire::EventType;
+
+    use super::*;
+
+    /// A stream whose next `full` appends are refused as a store out of memory.
+    #[derive(Debug)]
+    struct FullFor {
+        store: MemoryStore,
+        full: AtomicUsize,
+    }
+
+    impl EventSink for FullFor {
+        fn emit(&self, event: ProgressEvent) -> BoxFuture<'_, ()> {
+            self.store.emit(event)
+        }
+    }
+
+    impl EventLog for FullFor {
+        fn append<'a>(
+            &'a self,
+            event: &'a ProgressEvent,
+        ) -> BoxFuture<'a, Result<String, StoreError>> {
+            self.store.append(event)
+        }
+
+        fn append_all<'a>(
+            &'a self,
+            events: &'a [ProgressEvent],
+        ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+            let refused = self
+                .full
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if refused {
+                return Box::pin(async { Err(StoreError::Full("at maxmemory".into())) });
+            }
+            self.store.append_all(events)
+        }
+
+        fn read<'a>(
+            &'a self,
+            task_id: &'a str,
+            after: Option<&'a str>,
+            wait: Duration,
+        ) -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>> {
+            self.store.read(task_id, after, wait)
+        }
+    }
+
+    fn draft(kind: EventType) -> Draft {
+        Draft {
+            kind,
+            stage_id: None,
+            message: "done".into(),
+            data: serde_json::Value::Null,
+        }
+    }
+
+    /// A transition's events refused by a store out of memory are offered again until it has
+    /// room: a finished task keeps its `task-finished` event.
+    #[tokio::test(start_paused = true)]
+    async fn events_a_full_store_refused_are_appended_once_it_has_room() {
+        let log = Arc::new(FullFor {
+            store: MemoryStore::new(),
+            full: AtomicUsize::new(3),
+        });
+        let progress = Progress {
+            events: log.clone(),
+            clock: Arc::new(SystemClock),
+        };
+        progress
+            .append("t1", &[draft(EventType::TaskFinished)])
+            .await;
+        let events = progress.all("t1").await.unwrap();
+        assert_eq!(events.len(), 1, "appended once, after three refusals");
+        assert_eq!(events[0].kind, EventType::TaskFinished);
     }
 }
