@@ -1689,16 +1689,51 @@ async fn redis_cluster_conformance_and_a_killed_primary() {
     let ports = cluster.node_ports();
     check_everything_on(&store, async || until_xread_on(&ports).await).await;
 
-    // One task's keys share its slot, so they live on one primary.
-    let tagged = cluster.primary_for_key("cluster-test:result:{t3}:s").await;
-    assert_eq!(
-        cluster.primary_for_key("cluster-test:events:{t3}").await,
-        tagged
+    // Every key the store writes for one task, its record included, is in one slot.
+    let task = "t-slot";
+    store
+        .claim(task, "s", "w", Duration::from_secs(60))
+        .await
+        .unwrap();
+    store.record(&stage_result(task, "s", 1)).await.unwrap();
+    store
+        .append(&event(task, None, 1, EventType::TaskStarted, "started"))
+        .await
+        .unwrap();
+    TranscriptStore::put(&store, transcript(task, "s", 1, 1))
+        .await
+        .unwrap();
+    DocumentStore::put(&store, &format!("task:{task}"), "{}", None)
+        .await
+        .unwrap();
+    let mut slots = std::collections::BTreeMap::new();
+    for port in cluster.primaries().await {
+        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("*{task}*"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for key in keys {
+            let slot: u16 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            slots.insert(key, slot);
+        }
+    }
+    assert!(
+        slots.keys().any(|k| k.contains(":doc:task:")) && slots.len() >= 5,
+        "{slots:?}"
     );
-    assert_eq!(
-        cluster.primary_for_key("cluster-test:archive:{t3}").await,
-        tagged
-    );
+    let distinct: std::collections::BTreeSet<u16> = slots.values().copied().collect();
+    assert_eq!(distinct.len(), 1, "one slot for the task's keys: {slots:?}");
 
     // A primary killed while results are being recorded: the store answers "unavailable" while
     // its slots have no primary, then carries on with the same connections once a replica took

@@ -8,17 +8,22 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
+use redis::Client;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::RedisStore;
-use super::link::Links;
+use super::link::{Links, timed};
 use crate::store::Capacity;
 
 /// Between two readings.
 const POLL: Duration = Duration::from_secs(2);
+
+/// How long the list of primaries is trusted: listing them asks a cluster node or the
+/// Sentinels, which a reading every two seconds need not do. A reading that fails lists them
+/// again at once (a failover may have moved them).
+const RELIST: Duration = Duration::from_secs(30);
 
 /// The watch's side of the store: what the last reading found.
 pub(super) type Reading = watch::Receiver<Option<String>>;
@@ -41,6 +46,7 @@ impl RedisStore {
             limit_percent: self.inner.config.intake_memory_percent,
             timeout: self.inner.config.command_timeout,
             shutdown: self.inner.shutdown.clone(),
+            primaries: None,
             connections: HashMap::new(),
         };
         tokio::spawn(watcher.run(tx));
@@ -61,6 +67,8 @@ struct Watcher {
     limit_percent: u8,
     timeout: Duration,
     shutdown: CancellationToken,
+    /// The primaries as last listed, and when.
+    primaries: Option<(tokio::time::Instant, Vec<Client>)>,
     /// One connection per primary, kept between readings.
     connections: HashMap<String, MultiplexedConnection>,
 }
@@ -81,9 +89,13 @@ impl Watcher {
                 // Redis not answering is not "full": writes will say "unavailable" themselves.
                 Ok(Err(error)) => {
                     tracing::debug!(%error, "reading Redis memory failed");
+                    self.primaries = None;
                     None
                 }
-                Err(_) => None,
+                Err(_) => {
+                    self.primaries = None;
+                    None
+                }
             };
             reading.send_replace(pressure);
             tokio::select! {
@@ -95,8 +107,16 @@ impl Watcher {
 
     /// The fullest primary over the limit, as a sentence; `None` when all are below it.
     async fn read(&mut self) -> redis::RedisResult<Option<String>> {
+        let primaries = match &self.primaries {
+            Some((listed, primaries)) if listed.elapsed() < RELIST => primaries.clone(),
+            _ => {
+                let primaries = self.links.primaries().await?;
+                self.primaries = Some((tokio::time::Instant::now(), primaries.clone()));
+                primaries
+            }
+        };
         let mut fullest: Option<(f64, String, Memory)> = None;
-        for primary in self.links.primaries().await? {
+        for primary in primaries {
             let address = primary.get_connection_info().addr().to_string();
             let memory = self.memory_of(&address, &primary).await?;
             if memory.max == 0 {
@@ -126,11 +146,8 @@ impl Watcher {
         let conn = match self.connections.get(address) {
             Some(conn) => conn.clone(),
             None => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout));
                 let conn = primary
-                    .get_multiplexed_async_connection_with_config(&config)
+                    .get_multiplexed_async_connection_with_config(&timed(self.timeout))
                     .await?;
                 self.connections.insert(address.to_owned(), conn.clone());
                 conn

@@ -317,24 +317,20 @@ impl Links {
     /// The shared connection for ordinary commands (not blocking ones). Boxed: every store
     /// call awaits it, and its type would otherwise be nested into each of theirs.
     pub(crate) fn commands(&self) -> BoxFuture<'_, RedisResult<Conn>> {
-        if let LinkKind::Single { commands, .. } = &self.kind {
-            let conn = Conn::Managed(commands.clone());
-            return Box::pin(std::future::ready(Ok(conn)));
-        }
-        Box::pin(async move {
-            match &self.kind {
-                LinkKind::Single { commands, .. } => Ok(Conn::Managed(commands.clone())),
-                LinkKind::Cluster {
-                    client, commands, ..
-                } => {
-                    let conn = commands
-                        .get_or_try_init(|| client.get_async_connection())
-                        .await?;
-                    Ok(Conn::Cluster(conn.clone()))
-                }
-                LinkKind::Sentinel(links) => links.primary(self.timeout).await,
+        match &self.kind {
+            LinkKind::Single { commands, .. } => {
+                Box::pin(std::future::ready(Ok(Conn::Managed(commands.clone()))))
             }
-        })
+            LinkKind::Cluster {
+                client, commands, ..
+            } => Box::pin(async move {
+                let conn = commands
+                    .get_or_try_init(|| client.get_async_connection())
+                    .await?;
+                Ok(Conn::Cluster(conn.clone()))
+            }),
+            LinkKind::Sentinel(links) => Box::pin(links.primary(self.timeout)),
+        }
     }
 
     /// Reports that a command on `conn` failed with `error`: a Sentinel-reported primary that
@@ -357,9 +353,7 @@ impl Links {
     /// A connection of its own, without a response timeout, for a command that blocks on
     /// purpose (`XREAD BLOCK`); the caller bounds it.
     pub(crate) async fn dedicated(&self) -> RedisResult<Conn> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(None);
+        let config = timed(self.timeout).set_response_timeout(None);
         match &self.kind {
             LinkKind::Single { client, .. } => Ok(Conn::Direct {
                 generation: 0,
@@ -374,7 +368,7 @@ impl Links {
                 ))
             }
             LinkKind::Sentinel(links) => {
-                let client = links.sentinels.lock().await.async_get_client().await?;
+                let client = links.primary_client().await?;
                 Ok(Conn::Direct {
                     generation: 0,
                     conn: client
@@ -395,9 +389,7 @@ impl Links {
                 .iter()
                 .map(|node| Client::open(node.as_str()))
                 .collect(),
-            LinkKind::Sentinel(links) => {
-                Ok(vec![links.sentinels.lock().await.async_get_client().await?])
-            }
+            LinkKind::Sentinel(links) => Ok(vec![links.primary_client().await?]),
         }
     }
 
@@ -406,9 +398,7 @@ impl Links {
     pub(crate) async fn primaries(&self) -> RedisResult<Vec<Client>> {
         match &self.kind {
             LinkKind::Single { client, .. } => Ok(vec![client.clone()]),
-            LinkKind::Sentinel(links) => {
-                Ok(vec![links.sentinels.lock().await.async_get_client().await?])
-            }
+            LinkKind::Sentinel(links) => Ok(vec![links.primary_client().await?]),
             LinkKind::Cluster { nodes, .. } => {
                 let mut last = None;
                 for node in nodes {
@@ -434,12 +424,10 @@ impl SentinelLinks {
         if let Some(conn) = self.current() {
             return Ok(conn);
         }
-        let client = self.sentinels.lock().await.async_get_client().await?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout));
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&config)
+        let conn = self
+            .primary_client()
+            .await?
+            .get_multiplexed_async_connection_with_config(&timed(timeout))
             .await?;
         let generation = self
             .generation
@@ -448,6 +436,11 @@ impl SentinelLinks {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
             Some((generation, conn.clone()));
         Ok(Conn::Direct { generation, conn })
+    }
+
+    /// A client for the primary the Sentinels report now.
+    async fn primary_client(&self) -> RedisResult<Client> {
+        self.sentinels.lock().await.async_get_client().await
     }
 
     fn current(&self) -> Option<Conn> {
@@ -460,6 +453,13 @@ impl SentinelLinks {
                 conn: conn.clone(),
             })
     }
+}
+
+/// Connection settings with `timeout` on connecting and on every reply.
+pub(super) fn timed(timeout: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
 }
 
 fn sentinel_client(target: &SentinelTarget) -> RedisResult<SentinelClient> {
@@ -493,11 +493,8 @@ fn sentinel_client(target: &SentinelTarget) -> RedisResult<SentinelClient> {
 /// node's scheme and credentials.
 async fn cluster_primaries(seed: &str, timeout: Duration) -> RedisResult<Vec<Client>> {
     let client = Client::open(seed)?;
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout));
     let mut conn = client
-        .get_multiplexed_async_connection_with_config(&config)
+        .get_multiplexed_async_connection_with_config(&timed(timeout))
         .await?;
     let nodes: String = redis::cmd("CLUSTER")
         .arg("NODES")
@@ -514,9 +511,9 @@ async fn cluster_primaries(seed: &str, timeout: Duration) -> RedisResult<Vec<Cli
             // `ip:port@cport[,hostname]`
             let address = fields.get(1)?.split('@').next()?;
             let (host, port) = address.rsplit_once(':')?;
-            serving.then(|| (host.to_owned(), port.parse::<u16>().ok()))
+            let port = port.parse::<u16>().ok()?;
+            serving.then(|| (host.to_owned(), port))
         })
-        .filter_map(|(host, port)| port.map(|port| (host, port)))
         .map(|(host, port)| {
             let addr = match info.addr() {
                 ConnectionAddr::TcpTls {

@@ -445,21 +445,16 @@ impl RedisStore {
     pub async fn purge(&self) -> Result<usize, StoreError> {
         let pattern = format!("{}*", self.inner.config.prefix);
         let timeout = self.inner.config.command_timeout;
-        let primaries = tokio::time::timeout(timeout, self.inner.links.primaries())
+        let primaries = bounded(timeout, self.inner.links.primaries(), Failure::Connect)
             .await
-            .map_err(|_| Failure::TimedOut(timeout))
-            .and_then(|r| r.map_err(Failure::Connect))
             .map_err(|f| self.store_error("list primaries", &pattern, &f))?;
         let mut deleted = 0;
+        let settings = link::timed(timeout);
         for primary in primaries {
-            let connect = primary.get_multiplexed_async_connection();
-            let mut conn = match tokio::time::timeout(timeout, connect).await {
-                Ok(Ok(conn)) => conn,
-                Ok(Err(e)) => return Err(self.store_error("scan", &pattern, &Failure::Connect(e))),
-                Err(_) => {
-                    return Err(self.store_error("scan", &pattern, &Failure::TimedOut(timeout)));
-                }
-            };
+            let connect = primary.get_multiplexed_async_connection_with_config(&settings);
+            let mut conn = bounded(timeout, connect, Failure::Connect)
+                .await
+                .map_err(|f| self.store_error("scan", &pattern, &f))?;
             let mut cursor: u64 = 0;
             loop {
                 let mut scan = redis::cmd("SCAN");
@@ -468,17 +463,21 @@ impl RedisStore {
                     .arg(&pattern)
                     .arg("COUNT")
                     .arg(500);
-                let (next, keys) =
-                    bounded(timeout, scan.query_async::<(u64, Vec<String>)>(&mut conn))
-                        .await
-                        .map_err(|f| self.store_error("scan", &pattern, &f))?;
+                let (next, keys) = bounded(
+                    timeout,
+                    scan.query_async::<(u64, Vec<String>)>(&mut conn),
+                    Failure::Redis,
+                )
+                .await
+                .map_err(|f| self.store_error("scan", &pattern, &f))?;
                 // One key at a time: in a cluster the keys of one node span many slots.
                 for key in &keys {
                     let mut del = redis::cmd("DEL");
                     del.arg(key);
-                    deleted += bounded(timeout, del.query_async::<usize>(&mut conn))
-                        .await
-                        .map_err(|f| self.store_error("del", key, &f))?;
+                    deleted +=
+                        bounded(timeout, del.query_async::<usize>(&mut conn), Failure::Redis)
+                            .await
+                            .map_err(|f| self.store_error("del", key, &f))?;
                 }
                 if next == 0 {
                     break;
@@ -644,11 +643,10 @@ impl RedisStore {
             return Ok((conn, true));
         }
         let timeout = self.inner.config.command_timeout;
-        match tokio::time::timeout(timeout, self.inner.links.dedicated()).await {
-            Ok(Ok(conn)) => Ok((conn, false)),
-            Ok(Err(e)) => Err(self.store_error("connect", "-", &Failure::Connect(e))),
-            Err(_) => Err(self.store_error("connect", "-", &Failure::TimedOut(timeout))),
-        }
+        bounded(timeout, self.inner.links.dedicated(), Failure::Connect)
+            .await
+            .map(|conn| (conn, false))
+            .map_err(|f| self.store_error("connect", "-", &f))
     }
 
     fn return_blocking_connection(&self, conn: Conn) {
@@ -663,14 +661,15 @@ impl RedisStore {
     }
 }
 
-/// `future` within `timeout`, its failure as a [`Failure`].
+/// `future` within `timeout`; its error as `failure` says (a command's, or a connection's).
 async fn bounded<T>(
     timeout: Duration,
     future: impl Future<Output = redis::RedisResult<T>>,
+    failure: fn(RedisError) -> Failure,
 ) -> Result<T, Failure> {
     match tokio::time::timeout(timeout, future).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(Failure::Redis(e)),
+        Ok(Err(e)) => Err(failure(e)),
         Err(_) => Err(Failure::TimedOut(timeout)),
     }
 }
