@@ -296,7 +296,7 @@ fn every_validation_error_names_its_key() {
         ),
         (
             "[redis]\nurl = \"redis+cluster://h1:6379,h2:x\"",
-            "config key redis.url = \"redis+cluster://h1:6379,h2:x\" has port `x`, which is not a number 0–65535",
+            "config key redis.url = \"redis+cluster://h1:6379,h2:x\" has port `x` in node `h2:x`, which is not a number 0–65535",
         ),
         (
             "[redis]\nurl = \"redis+sentinel://s1:26379,s2:26379\"",

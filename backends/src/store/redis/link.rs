@@ -86,12 +86,19 @@ impl Deployment {
             ));
         }
         for host in &hosts {
-            let port = host.rsplit_once(':').map(|(_, port)| port);
-            if port.is_none_or(|p| p.parse::<u16>().is_err()) {
-                return Err(format!(
-                    "has node `{host}` without a port; write it as host:port (Redis Cluster \
-                     nodes usually listen on 6379, Sentinels on 26379)"
-                ));
+            match host.rsplit_once(':') {
+                None => {
+                    return Err(format!(
+                        "has node `{host}` without a port; write it as host:port (Redis \
+                         Cluster nodes usually listen on 6379, Sentinels on 26379)"
+                    ));
+                }
+                Some((_, port)) if port.parse::<u16>().is_err() => {
+                    return Err(format!(
+                        "has port `{port}` in node `{host}`, which is not a number 0–65535"
+                    ));
+                }
+                Some(_) => {}
             }
         }
         match kind {
