@@ -428,6 +428,22 @@ impl DocumentStore for MemoryStore {
         Box::pin(async move { Ok(written) })
     }
 
+    fn delete<'a>(
+        &'a self,
+        key: &'a str,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let mut state = self.state();
+        let matches = state
+            .documents
+            .get(key)
+            .is_some_and(|d| d.version == expected);
+        if matches {
+            state.documents.remove(key);
+        }
+        Box::pin(async move { Ok(matches) })
+    }
+
     fn set_add<'a>(
         &'a self,
         set: &'a str,

@@ -200,18 +200,28 @@ pub trait DocumentStore: Send + Sync + std::fmt::Debug {
         expected: Option<u64>,
     ) -> BoxFuture<'a, Result<Option<u64>, StoreError>>;
 
+    /// Deletes the document if its stored version is `expected`; `false` when it is missing or
+    /// at another version (someone wrote it since). How a failed creation is undone.
+    fn delete<'a>(&'a self, key: &'a str, expected: u64)
+    -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Adds `member` to `set`. A set may be spread over the store's nodes, so that an add
+    /// succeeds while any of the nodes it may use takes writes (decision 200): no single node's
+    /// outage refuses every add.
     fn set_add<'a>(
         &'a self,
         set: &'a str,
         member: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// Removes `member` from `set`, wherever the set holds it.
     fn set_remove<'a>(
         &'a self,
         set: &'a str,
         member: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// Every member of `set`, sorted, each once; an error unless every part of the set answered.
     fn set_members<'a>(&'a self, set: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>>;
 }
 

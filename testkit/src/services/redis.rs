@@ -292,6 +292,12 @@ impl RedisCluster {
     /// `cluster_state:ok` and sees all six healthy, and every replica has synced with its
     /// primary.
     pub async fn start(dir: &Path, logs: &Path) -> RedisCluster {
+        RedisCluster::start_with(dir, logs, &[]).await
+    }
+
+    /// [`RedisCluster::start`] with `settings` (`redis-server` arguments, such as
+    /// `--cluster-require-full-coverage no`) given to every node.
+    pub async fn start_with(dir: &Path, logs: &Path, settings: &[&str]) -> RedisCluster {
         create_dir(logs);
         let mut ports = Vec::new();
         for _ in 0..6 {
@@ -300,20 +306,22 @@ impl RedisCluster {
         let mut nodes: Vec<Server> = ports
             .iter()
             .map(|&port| {
+                let mut args = vec![
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ];
+                args.extend_from_slice(settings);
                 Server::data(
                     port,
                     &dir.join(format!("node-{port}")),
                     logs.join(format!("redis-cluster-{port}.log")),
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        "2000",
-                        "--repl-diskless-sync-delay",
-                        "0",
-                    ],
+                    &args,
                 )
             })
             .collect();

@@ -325,7 +325,7 @@ impl Failure {
     fn may_retry(&self, replay: Replay) -> bool {
         match (self, replay) {
             (Failure::Redis(e), _) if is_out_of_memory(e) => false,
-            (Failure::Redis(e), Replay::Safe) => is_transient(e),
+            (Failure::Redis(e), Replay::Safe) => is_transient(e) || never_ran(e),
             (Failure::Redis(e), Replay::IfUnsent) => never_ran(e),
             (Failure::Connect(e), _) => is_transient(e) || e.is_connection_refusal(),
             (Failure::TimedOut(_), Replay::Safe) => true,
@@ -335,8 +335,10 @@ impl Failure {
 }
 
 /// Errors that say the command was not carried out: the connection was refused, or a cluster
-/// node answered that another node serves the slot, that the slot is not served right now, or
-/// that it is a replica — so sending it again cannot apply it twice.
+/// node answered that another node serves the slot, that the slot is not served right now, that
+/// it is a replica, or that it has too few replicas to take writes (`min-replicas-to-write`,
+/// checked before a command or a script's first write runs) — so sending it again cannot apply
+/// it twice.
 fn never_ran(e: &RedisError) -> bool {
     e.is_connection_refusal()
         || matches!(
@@ -349,6 +351,7 @@ fn never_ran(e: &RedisError) -> bool {
                     | "MASTERDOWN"
                     | "READONLY"
                     | "LOADING"
+                    | "NOREPLICAS"
             )
         )
 }
