@@ -29,7 +29,7 @@ use verdict_proto::wire::Priority;
 
 use super::allowlist::{HostResolver, RepositoryAllowlist};
 use super::budgets::{Budgets, Refusal};
-use super::records::TaskRecords;
+use super::records::{TaskRecords, create_listed};
 use super::submission::id_for_key;
 use super::{Scheduler, SchedulerDeps, SchedulerSettings, unavailable};
 use crate::document::TaskState;
@@ -134,24 +134,33 @@ impl Batches {
         u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Stores a new batch and lists it as active; `false` when one with this id exists (the
-    /// same idempotency key was used before).
+    /// Stores a new batch and lists it as active, or nothing
+    /// ([`super::records::create_listed`]); `false` when one with this id exists (the same
+    /// idempotency key was used before), which is listed as active again unless it ended: the
+    /// earlier try may have failed to list it.
     pub async fn create(&self, batch: &BatchRecord) -> Result<bool, ServiceError> {
         let body = serde_json::to_string(batch)
             .map_err(|e| ServiceError::Unavailable(format!("encode scan batch: {e}")))?;
-        let stored = self
-            .documents
-            .put(&batch_key(&batch.id), &body, None)
-            .await
-            .map_err(unavailable)?;
-        if stored.is_none() {
-            return Ok(false);
+        let id = &batch.id;
+        let keyed = super::submission::named_by_key(id);
+        let created = create_listed(
+            &self.documents,
+            (&batch_key(id), &body),
+            (ACTIVE, id),
+            keyed,
+        )
+        .await
+        .map_err(unavailable)?;
+        if created.is_some() {
+            return Ok(true);
         }
-        self.documents
-            .set_add(ACTIVE, &batch.id)
-            .await
-            .map_err(unavailable)?;
-        Ok(true)
+        if !self.load(id).await?.state.is_terminal() {
+            self.documents
+                .set_add(ACTIVE, id)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(false)
     }
 
     async fn read(&self, id: &str) -> Result<(u64, BatchRecord), ServiceError> {

@@ -23,7 +23,7 @@ use super::records::TaskRecords;
 use super::submission::{self, TaskDefaults};
 use super::transition::Transitions;
 use super::{Parts, Scheduler, SchedulerDeps, SchedulerSettings, unavailable};
-use crate::document::TaskDocument;
+use crate::document::{TaskDocument, TaskState};
 use crate::metrics;
 use crate::pipeline;
 use crate::scan_batch::{BatchRecord, ScanBatchDocument};
@@ -114,8 +114,17 @@ impl Service {
         match self.records.create(&task).instrument(span).await {
             Ok(()) => {}
             // Random ids do not collide: the id came from an idempotency key already used, and
-            // the task that key made is the answer.
-            Err(ServiceError::Conflict(_)) => return Ok(Submitted { id: task.id }),
+            // the task that key made is the answer. An earlier try of this very submission may
+            // have stored it and failed after: it is listed, and its intake started here if it
+            // is this replica's and runs nowhere in it.
+            Err(ServiceError::Conflict(_)) => {
+                let existing = self.records.adopt(&task.id).await?;
+                let ours = existing.intake_owner.as_deref() == Some(&*self.intake.replica());
+                if existing.state == TaskState::Queued && ours {
+                    self.intake.spawn(&task.id);
+                }
+                return Ok(Submitted { id: task.id });
+            }
             Err(e) => return Err(e),
         }
         self.supersede_older_heads(&task).await;
@@ -394,7 +403,7 @@ mod tests {
 
     use super::*;
     use crate::document::TaskState;
-    use crate::engine::fixture::{Fixture, REPO, Unreachable};
+    use crate::engine::fixture::{Fixture, Outages, REPO, Unreachable};
     use crate::service::SubmissionOptions;
 
     fn scheduler(fx: &Fixture) -> Scheduler {
@@ -431,6 +440,34 @@ mod tests {
         );
         let submitted = fx.metrics().submitted.with_label_values(&["scan"]);
         assert_eq!(submitted.get(), 1);
+    }
+
+    /// Issue 34: a submission refused half-way (its record stored, the active-task index not
+    /// written) is answered, when made again with its idempotency key, with the same task,
+    /// listed as active and taken in.
+    #[tokio::test(start_paused = true)]
+    async fn a_keyed_submission_refused_half_way_is_taken_in_when_made_again() {
+        let outages = Arc::new(Outages::default());
+        let fx = Fixture::with_outages(&outages);
+        let scheduler = scheduler(&fx);
+        outages
+            .refused_adds
+            .store(1, std::sync::atomic::Ordering::SeqCst);
+        let mut submission = scan();
+        submission.options.idempotency_key = Some("nightly".to_owned());
+
+        let refused = scheduler.submit_scan(submission.clone()).await.unwrap_err();
+        assert!(
+            matches!(refused, ServiceError::Unavailable(_)),
+            "{refused:?}"
+        );
+        let submitted = scheduler.submit_scan(submission).await.unwrap();
+        scheduler.inner.background.close();
+        scheduler.inner.background.wait().await;
+
+        let doc = scheduler.task(&submitted.id).await.unwrap();
+        assert_eq!(doc.state, TaskState::Running);
+        assert_eq!(fx.parts.records.active().await.unwrap(), [submitted.id]);
     }
 
     #[tokio::test(start_paused = true)]

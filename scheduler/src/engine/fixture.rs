@@ -2,6 +2,7 @@
 //! repository source, and a clock on tokio's time, so tests that wait run on paused time.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -13,7 +14,7 @@ use verdict_backends::clock::TokioClock;
 use verdict_backends::publish::{Author, ItemState, MemoryPublisher, PullRequest};
 use verdict_backends::repo::MemoryRepositorySource;
 use verdict_backends::store::memory::MemoryStore;
-use verdict_backends::store::{DocumentStore, StoreError, Versioned};
+use verdict_backends::store::{DocumentStore, InputError, InputStore, StoreError, Versioned};
 use verdict_proto::Language;
 use verdict_proto::publication::{ItemRef, RepoId};
 
@@ -76,6 +77,19 @@ impl Fixture {
 
     /// Task records kept in `documents`; everything else in `store`.
     pub fn with_documents(documents: Arc<dyn DocumentStore>, store: Arc<MemoryStore>) -> Fixture {
+        Fixture::with_stores(documents, store.clone(), store)
+    }
+
+    /// Task records and stage inputs behind `outages`' switches; everything else in its store.
+    pub fn with_outages(outages: &Arc<Outages>) -> Fixture {
+        Fixture::with_stores(outages.clone(), outages.clone(), outages.store.clone())
+    }
+
+    fn with_stores(
+        documents: Arc<dyn DocumentStore>,
+        inputs: Arc<dyn InputStore>,
+        store: Arc<MemoryStore>,
+    ) -> Fixture {
         let broker = Arc::new(MemoryBroker::new());
         let repositories = Arc::new(MemoryRepositorySource::new());
         repositories.insert_revision(REPO, "v1", V1);
@@ -93,7 +107,7 @@ impl Fixture {
             documents,
             events: store.clone(),
             cancels: store.clone(),
-            inputs: store.clone(),
+            inputs,
             repositories: repositories.clone(),
             results: store.clone(),
             publisher: Some(publisher.clone()),
@@ -170,16 +184,21 @@ impl Fixture {
 
     /// A scan of [`REPO`] as submitted: stored, queued, not yet taken in.
     pub async fn queued_scan(&self) -> TaskRecord {
+        let task = self.queued_scan_unstored();
+        self.parts.records.create(&task).await.unwrap();
+        task
+    }
+
+    /// The record of a scan of [`REPO`] as submitted, not stored yet.
+    pub fn queued_scan_unstored(&self) -> TaskRecord {
         let submission = ScanSubmission {
             repository: REPO.to_owned(),
             revision: "v1".to_owned(),
             options: SubmissionOptions::default(),
         };
-        let task = TaskDefaults::new(&self.settings)
+        TaskDefaults::new(&self.settings)
             .scan(submission, self.now())
-            .unwrap();
-        self.parts.records.create(&task).await.unwrap();
-        task
+            .unwrap()
     }
 
     /// A review of [`REPO`] from `main` to `feature` as submitted: stored, queued.
@@ -315,6 +334,10 @@ impl DocumentStore for Unreachable {
         Box::pin(async { Unreachable::down() })
     }
 
+    fn delete<'a>(&'a self, _: &'a str, _: u64) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async { Unreachable::down() })
+    }
+
     fn set_add<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Unreachable::down() })
     }
@@ -325,5 +348,128 @@ impl DocumentStore for Unreachable {
 
     fn set_members<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
         Box::pin(async { Unreachable::down() })
+    }
+}
+
+/// The memory store behind switches, as a Redis deployment is during a failover: while
+/// `documents_down` (`inputs_down`), every call for task records (stage inputs) fails as a
+/// refused connection does, doing nothing; each of the next `lost_replies` document writes
+/// lands and then fails, as one whose reply a failover lost; each of the next `refused_adds` set
+/// adds fails.
+#[derive(Debug, Default)]
+pub(super) struct Outages {
+    pub store: Arc<MemoryStore>,
+    pub documents_down: AtomicBool,
+    pub inputs_down: AtomicBool,
+    pub lost_replies: AtomicUsize,
+    pub refused_adds: AtomicUsize,
+}
+
+impl Outages {
+    fn refused<T>(down: &AtomicBool) -> Option<Result<T, StoreError>> {
+        down.load(Ordering::SeqCst)
+            .then(|| Err(StoreError::Unavailable("connection refused".to_owned())))
+    }
+
+    /// Whether one of `counter`'s failures is due now (and takes it).
+    fn due(counter: &AtomicUsize) -> bool {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+impl DocumentStore for Outages {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+        Box::pin(async move {
+            match Outages::refused(&self.documents_down) {
+                Some(refused) => refused,
+                None => DocumentStore::get(self.store.as_ref(), key).await,
+            }
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        key: &'a str,
+        body: &'a str,
+        expected: Option<u64>,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(async move {
+            if let Some(refused) = Outages::refused(&self.documents_down) {
+                return refused;
+            }
+            let written = DocumentStore::put(self.store.as_ref(), key, body, expected).await;
+            if Outages::due(&self.lost_replies) {
+                return Err(StoreError::Unavailable("connection reset".to_owned()));
+            }
+            written
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        key: &'a str,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            match Outages::refused(&self.documents_down) {
+                Some(refused) => refused,
+                None => self.store.delete(key, expected).await,
+            }
+        })
+    }
+
+    fn set_add<'a>(
+        &'a self,
+        set: &'a str,
+        member: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            match Outages::refused(&self.documents_down) {
+                Some(refused) => refused,
+                None if Outages::due(&self.refused_adds) => {
+                    Err(StoreError::Unavailable("NOREPLICAS".to_owned()))
+                }
+                None => self.store.set_add(set, member).await,
+            }
+        })
+    }
+
+    fn set_remove<'a>(
+        &'a self,
+        set: &'a str,
+        member: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            match Outages::refused(&self.documents_down) {
+                Some(refused) => refused,
+                None => self.store.set_remove(set, member).await,
+            }
+        })
+    }
+
+    fn set_members<'a>(&'a self, set: &'a str) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async move {
+            match Outages::refused(&self.documents_down) {
+                Some(refused) => refused,
+                None => self.store.set_members(set).await,
+            }
+        })
+    }
+}
+
+impl InputStore for Outages {
+    fn get<'a>(&'a self, sha256: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, InputError>> {
+        InputStore::get(self.store.as_ref(), sha256)
+    }
+
+    fn put<'a>(&'a self, bytes: &'a [u8]) -> BoxFuture<'a, Result<String, InputError>> {
+        Box::pin(async move {
+            if self.inputs_down.load(Ordering::SeqCst) {
+                return Err(InputError::Unavailable("MOVED 7414".to_owned()));
+            }
+            InputStore::put(self.store.as_ref(), bytes).await
+        })
     }
 }

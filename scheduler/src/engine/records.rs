@@ -1,11 +1,14 @@
 //! Task records in the document store, and the index of active tasks: the only code that writes
 //! either. Every change is a compare-and-set of the whole record (`DocumentStore::put` with the
-//! version read), so several replicas never double-advance a task (decision 32).
+//! version read), so several replicas never double-advance a task (decision 32). A record whose
+//! creation failed half-way is deleted again or adopted ([`create_listed`], decision 200), so no
+//! record is left that no client was given.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable as _};
 use prometheus::{IntCounter, IntCounterVec};
 use verdict_backends::store::{DocumentStore, Sealing, StoreError, TaskArchive};
 
@@ -33,8 +36,72 @@ const SEAL_WAITS: [Duration; 3] = [
     Duration::from_secs(30),
 ];
 
+/// How long a record whose creation failed keeps being deleted while the store cannot: longer
+/// than a failover and the `NOREPLICAS` window after it (docs/deploy.md).
+const WITHDRAW_PATIENCE: Duration = Duration::from_secs(120);
+
 fn task_key(id: &str) -> String {
     format!("task:{id}")
+}
+
+/// Stores a new document `body` at `key` and lists `id` in `set`: its version, or `None` when
+/// the key exists. When either write fails, the document is deleted again in the background
+/// (it may have been written: a reply lost is not a write refused), so that nothing is left
+/// that the caller's client was not given — unless `keyed`: a document named by an
+/// idempotency key is the answer to the same submission made again, which adopts it (decision
+/// 200).
+pub(super) async fn create_listed(
+    documents: &Arc<dyn DocumentStore>,
+    (key, body): (&str, &str),
+    (set, id): (&str, &str),
+    keyed: bool,
+) -> Result<Option<u64>, StoreError> {
+    let created = match documents.put(key, body, None).await {
+        Ok(None) => return Ok(None),
+        Ok(Some(version)) => documents.set_add(set, id).await.map(|()| version),
+        Err(e) => Err(e),
+    };
+    match created {
+        Ok(version) => Ok(Some(version)),
+        Err(e) => {
+            if !keyed {
+                withdraw(documents.clone(), key.to_owned(), body.to_owned());
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Deletes the document at `key` if it holds `body` (ours, and nobody changed it since), in the
+/// background, retrying while the store cannot answer, for up to [`WITHDRAW_PATIENCE`].
+fn withdraw(documents: Arc<dyn DocumentStore>, key: String, body: String) {
+    tokio::spawn(async move {
+        let once = || async {
+            match documents.get(&key).await? {
+                Some(stored) if stored.body == body => documents.delete(&key, stored.version).await,
+                _ => Ok(false),
+            }
+        };
+        let withdrawn = once
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(250))
+                    .with_max_delay(Duration::from_secs(5))
+                    .with_total_delay(Some(WITHDRAW_PATIENCE))
+                    .without_max_times()
+                    .with_jitter(),
+            )
+            .sleep(tokio::time::sleep)
+            .when(StoreError::is_retryable)
+            .await;
+        match withdrawn {
+            Ok(true) => tracing::info!(%key, "a record whose creation failed was deleted"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "a record whose creation failed was not deleted; it is never run and expires with its TTL")
+            }
+        }
+    });
 }
 
 /// The task records; cheap to clone.
@@ -130,24 +197,34 @@ impl TaskRecords {
         self.read(id).await.map(|(_, task)| task)
     }
 
-    /// Stores a new task and lists it as active; a task with the same id is a conflict.
+    /// Stores a new task and lists it as active, or nothing ([`create_listed`]); a task with
+    /// the same id is a conflict.
     pub async fn create(&self, task: &TaskRecord) -> Result<(), ServiceError> {
         let id = &task.id;
         let body =
             serde_json::to_string(task).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        let Some(version) = self
-            .documents
-            .put(&task_key(id), &body, None)
+        let keyed = super::submission::named_by_key(id);
+        let created = create_listed(&self.documents, (&task_key(id), &body), (ACTIVE, id), keyed)
             .await
-            .map_err(unavailable)?
-        else {
+            .map_err(unavailable)?;
+        let Some(version) = created else {
             return Err(ServiceError::Conflict(format!("task {id} already exists")));
         };
         self.held().keep(id, version, task);
-        self.documents
-            .set_add(ACTIVE, id)
-            .await
-            .map_err(unavailable)
+        Ok(())
+    }
+
+    /// Task `id`, which a submission made again with its idempotency key names, listed as
+    /// active unless it ended: an earlier try may have stored it and failed to list it.
+    pub async fn adopt(&self, id: &str) -> Result<TaskRecord, ServiceError> {
+        let task = self.load(id).await?;
+        if !task.state.is_terminal() {
+            self.documents
+                .set_add(ACTIVE, id)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(task)
     }
 
     /// Loads, changes and stores a task with compare-and-set, retrying on conflict. Returns the
@@ -248,6 +325,13 @@ impl TaskRecords {
         Ok(())
     }
 
+    /// Takes `id` off the active index without sealing anything: for an id listed without a
+    /// record.
+    pub async fn unlist(&self, id: &str) -> Result<(), StoreError> {
+        self.forget(id);
+        self.documents.set_remove(ACTIVE, id).await
+    }
+
     /// Whether the store answers (readiness).
     pub async fn probe(&self) -> Result<(), StoreError> {
         self.documents.get("readiness-probe").await.map(|_| ())
@@ -277,7 +361,7 @@ mod tests {
     use verdict_backends::store::memory::MemoryStore;
 
     use super::*;
-    use crate::engine::fixture::Fixture;
+    use crate::engine::fixture::{Fixture, Outages};
 
     /// A store where another replica changes the task between this replica's read and its
     /// first write, as two replicas applying results to one task at once do.
@@ -310,6 +394,14 @@ mod tests {
                 }
                 self.store.put(key, body, expected).await
             })
+        }
+
+        fn delete<'a>(
+            &'a self,
+            key: &'a str,
+            expected: u64,
+        ) -> BoxFuture<'a, Result<bool, StoreError>> {
+            self.store.delete(key, expected)
         }
 
         fn set_add<'a>(
@@ -384,6 +476,14 @@ mod tests {
             expected: Option<u64>,
         ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
             self.store.put(key, body, expected)
+        }
+
+        fn delete<'a>(
+            &'a self,
+            key: &'a str,
+            expected: u64,
+        ) -> BoxFuture<'a, Result<bool, StoreError>> {
+            self.store.delete(key, expected)
         }
 
         fn set_add<'a>(
@@ -535,5 +635,89 @@ mod tests {
         );
         records.retire(&task).await.unwrap();
         assert!(records.active().await.unwrap().is_empty());
+    }
+
+    /// Waits (on paused time) until task `id` has no record, for at most a few minutes.
+    async fn until_gone(outages: &Outages, id: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+        while DocumentStore::get(outages.store.as_ref(), &task_key(id))
+            .await
+            .unwrap()
+            .is_some()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{id} was not deleted"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Issue 34: a record stored but not listed as active (the index's primary failing over)
+    /// is deleted again, so no record is left that no client was given.
+    #[tokio::test(start_paused = true)]
+    async fn a_record_that_cannot_be_listed_is_deleted_again() {
+        let outages = Arc::new(Outages::default());
+        let fx = Fixture::with_outages(&outages);
+        outages.refused_adds.store(1, Ordering::SeqCst);
+        let task = fx.queued_scan_unstored();
+
+        let refused = fx.parts.records.create(&task).await.unwrap_err();
+
+        assert!(
+            matches!(refused, ServiceError::Unavailable(_)),
+            "{refused:?}"
+        );
+        until_gone(&outages, &task.id).await;
+        assert!(fx.parts.records.active().await.unwrap().is_empty());
+    }
+
+    /// A write whose reply was lost may have landed: it is deleted once the store answers
+    /// again, however long the outage within [`WITHDRAW_PATIENCE`].
+    #[tokio::test(start_paused = true)]
+    async fn a_record_whose_reply_was_lost_is_deleted_once_the_store_answers() {
+        let outages = Arc::new(Outages::default());
+        let fx = Fixture::with_outages(&outages);
+        outages.lost_replies.store(1, Ordering::SeqCst);
+        let task = fx.queued_scan_unstored();
+
+        assert!(fx.parts.records.create(&task).await.is_err());
+        outages.documents_down.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(
+            DocumentStore::get(outages.store.as_ref(), &task_key(&task.id))
+                .await
+                .unwrap()
+                .is_some(),
+            "kept while the store cannot delete it"
+        );
+        outages.documents_down.store(false, Ordering::SeqCst);
+
+        until_gone(&outages, &task.id).await;
+    }
+
+    /// A record an idempotency key names is not deleted: the same submission made again is
+    /// answered with it, and lists it.
+    #[tokio::test(start_paused = true)]
+    async fn a_keyed_record_that_cannot_be_listed_is_adopted_by_its_submission_made_again() {
+        let outages = Arc::new(Outages::default());
+        let fx = Fixture::with_outages(&outages);
+        outages.refused_adds.store(1, Ordering::SeqCst);
+        let mut task = fx.queued_scan_unstored();
+        task.id = crate::engine::submission::id_for_key("again");
+
+        assert!(fx.parts.records.create(&task).await.is_err());
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        assert!(
+            matches!(
+                fx.parts.records.create(&task).await,
+                Err(ServiceError::Conflict(_))
+            ),
+            "kept"
+        );
+        let adopted = fx.parts.records.adopt(&task.id).await.unwrap();
+
+        assert_eq!(adopted.id, task.id);
+        assert_eq!(fx.parts.records.active().await.unwrap(), [task.id]);
     }
 }

@@ -391,6 +391,12 @@ pub fn new_id() -> String {
     uuid_text(rand::rng().random(), 0x40)
 }
 
+/// Whether `id` is one an idempotency key names ([`id_for_key`]): its UUID version, the 15th
+/// character, is 5 (a random one's is 4).
+pub fn named_by_key(id: &str) -> bool {
+    id.as_bytes().get(14) == Some(&b'5')
+}
+
 /// `b` as UUID text with the given version nibble (0x40, 0x50) and the RFC 4122 variant.
 fn uuid_text(mut b: [u8; 16], version: u8) -> String {
     b[6] = (b[6] & 0x0f) | version;
@@ -813,5 +819,13 @@ mod tests {
         assert_eq!(&id[14..15], "4");
         assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
         assert_ne!(new_id(), id);
+    }
+
+    #[test]
+    fn an_id_tells_whether_an_idempotency_key_named_it() {
+        assert!(named_by_key(&id_for_key("chaos-1")));
+        assert_eq!(id_for_key("chaos-1"), id_for_key("chaos-1"));
+        assert!(!named_by_key(&new_id()));
+        assert!(!named_by_key("t-1"));
     }
 }

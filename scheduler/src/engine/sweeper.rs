@@ -2,7 +2,8 @@
 //! intake nobody owns any more are taken over, stages left `planned` are published again, stages
 //! published long ago without a result applied are recovered (a recorded result applied, a lost
 //! request published again), ended tasks whose publication is due are published (in the
-//! background), and ended tasks still listed as active are taken off the index (decision 32).
+//! background), and ended tasks still listed as active — or listed without a record — are taken
+//! off the index (decision 32).
 //!
 //! A pass decides with the pure [`chore`] per task and never waits for the work it starts beyond
 //! a compare-and-set or a publish: intakes and publications run in the background, so a slow
@@ -25,6 +26,7 @@ use super::transition::Transitions;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
 use crate::document::TaskState;
 use crate::pipeline;
+use crate::service::ServiceError;
 use crate::task::{PublicationState, StageStatus, TaskRecord};
 
 /// What the sweeper does about one active task.
@@ -190,8 +192,17 @@ impl Sweeper {
         let now = self.clock.now_unix_ms();
         let mut owners = HashMap::new();
         for id in ids {
-            let Ok(task) = self.records.load(&id).await else {
-                continue;
+            let task = match self.records.load(&id).await {
+                Ok(task) => task,
+                // Listed without a record: one whose creation was undone after its listing
+                // landed unseen, or one expired. Nothing to sweep, ever.
+                Err(ServiceError::NotFound(_)) => {
+                    if let Err(e) = self.records.unlist(&id).await {
+                        tracing::debug!(task = %id, error = %e, "a listed task without a record stays listed");
+                    }
+                    continue;
+                }
+                Err(_) => continue,
             };
             let owner = task
                 .intake_owner
@@ -403,6 +414,25 @@ mod tests {
                 "after {waited} ms, owner alive: {alive}"
             );
         }
+    }
+
+    /// An id listed as active without a record (its creation undone after the listing landed
+    /// unseen) is taken off the index.
+    #[tokio::test(start_paused = true)]
+    async fn a_listed_task_without_a_record_is_taken_off_the_index() {
+        let fx = Fixture::new();
+        let kept = fx.queued_scan().await;
+        fx.deps
+            .documents
+            .set_add("tasks:active", "gone")
+            .await
+            .unwrap();
+
+        Sweeper::new(&fx.deps, &fx.settings, &fx.parts)
+            .sweep()
+            .await;
+
+        assert_eq!(fx.parts.records.active().await.unwrap(), [kept.id]);
     }
 
     #[tokio::test(start_paused = true)]
