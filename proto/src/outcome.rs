@@ -89,6 +89,9 @@ pub enum FailureKind {
     /// The repository could not be read right now: its host is unreachable, or git or the
     /// local repository cache failed.
     RepositoryUnavailable,
+    /// The state store (Redis) could not be written while the task was taken in: a failover
+    /// or an outage outlasted the intake's deadline.
+    StoreUnavailable,
     /// A bug or an unexpected state in verdict itself.
     Internal,
     /// The task's organisation has not enough budget left for its estimate (SPEC X5): it was
@@ -97,7 +100,7 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
-    pub const ALL: [FailureKind; 13] = [
+    pub const ALL: [FailureKind; 14] = [
         FailureKind::ProviderUnavailable,
         FailureKind::RateLimited,
         FailureKind::Timeout,
@@ -109,6 +112,7 @@ impl FailureKind {
         FailureKind::NotFound,
         FailureKind::InvalidRequest,
         FailureKind::RepositoryUnavailable,
+        FailureKind::StoreUnavailable,
         FailureKind::Internal,
         FailureKind::BudgetExceeded,
     ];
@@ -126,14 +130,15 @@ impl FailureKind {
             FailureKind::NotFound => "not_found",
             FailureKind::InvalidRequest => "invalid_request",
             FailureKind::RepositoryUnavailable => "repository_unavailable",
+            FailureKind::StoreUnavailable => "store_unavailable",
             FailureKind::Internal => "internal",
             FailureKind::BudgetExceeded => "budget_exceeded",
         }
     }
 
     /// Whether a failure of this kind is worth retrying (SPEC E5): transient transport,
-    /// provider and repository-host conditions are; credentials, bad or mistaken requests,
-    /// broken processes, cancellation and our own bugs are not.
+    /// provider, repository-host and state-store conditions are; credentials, bad or mistaken
+    /// requests, broken processes, cancellation and our own bugs are not.
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
@@ -141,6 +146,7 @@ impl FailureKind {
                 | FailureKind::RateLimited
                 | FailureKind::Timeout
                 | FailureKind::RepositoryUnavailable
+                | FailureKind::StoreUnavailable
         )
     }
 }
@@ -187,7 +193,8 @@ mod tests {
                 FailureKind::ProviderUnavailable,
                 FailureKind::RateLimited,
                 FailureKind::Timeout,
-                FailureKind::RepositoryUnavailable
+                FailureKind::RepositoryUnavailable,
+                FailureKind::StoreUnavailable
             ]
         );
     }

@@ -7,6 +7,12 @@
 //! is the request's mistake (`not_found`), never `internal`; a repository the allowlist refuses
 //! is `invalid_request`, checked before any git process runs.
 //!
+//! The state store's outages (a Redis primary failing over, `NOREPLICAS` after it) are waited
+//! out within the intake's deadline, never a reason to end the task (issue 34): every store step
+//! is made again until it answers, and an intake whose deadline passes while the store is down
+//! ends its task `store_unavailable`. The intake slot is held only while the code host and the
+//! repository are read, so intakes waiting for the store do not keep others from git.
+//!
 //! Intakes never run in the scheduler's loops (issue 8): [`Intake::spawn`] runs each in the
 //! background, at most `scheduler.intake_concurrency` at once (the rest wait for a slot), and
 //! only once per task in this process. An intake owns its task from the time stamped on the
@@ -21,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable as _};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -28,7 +35,7 @@ use tracing::Instrument as _;
 use verdict_backends::clock::Clock;
 use verdict_backends::publish::{PublishError, Publisher};
 use verdict_backends::repo::{RepoError, RepositorySource};
-use verdict_backends::store::InputStore;
+use verdict_backends::store::{InputError, InputStore};
 use verdict_proto::outcome::FailureKind;
 use verdict_proto::wire::RepositoryRef;
 
@@ -37,8 +44,7 @@ use super::budgets::{Budgets, Refusal};
 use super::records::TaskRecords;
 use super::transition::Transitions;
 use super::{SchedulerDeps, SchedulerSettings};
-use crate::budget::BudgetHold;
-use crate::diff_pieces::{self, IgnoredPaths, PreparedDiff};
+use crate::diff_pieces::{self, IgnoredPaths};
 use crate::document::TaskState;
 use crate::pipeline::{self, Effects};
 use crate::service::{IssueInput, ServiceError};
@@ -96,12 +102,57 @@ fn seconds_to_finish(ends: &VecDeque<std::time::Instant>, count: usize) -> u64 {
 }
 
 /// Where an intake is, for the reason given when its time runs out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Phase {
     /// Waiting for a slot.
     Waiting,
     /// Reading from the code host and the repository.
     Preparing,
+    /// Waiting out the state store, which answered this.
+    StoreDown(String),
+}
+
+/// How the waits between tries of a store step grow while the store is down: from 0.2 s to 5 s
+/// (each drawn with jitter, so intakes waiting together do not come back together), for as long
+/// as the intake's deadline lets them.
+fn store_backoff() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(5))
+        .without_max_times()
+        .with_jitter()
+}
+
+/// A failure that is the state store's outage, waited out rather than ending the task: in
+/// words, or `None` for any other failure.
+trait Outage {
+    fn outage(&self) -> Option<String>;
+}
+
+impl Outage for ServiceError {
+    fn outage(&self) -> Option<String> {
+        match self {
+            ServiceError::Unavailable(reason) | ServiceError::Overloaded { reason, .. } => {
+                Some(reason.clone())
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Outage for InputError {
+    fn outage(&self) -> Option<String> {
+        self.is_retryable().then(|| self.to_string())
+    }
+}
+
+impl Outage for Refusal {
+    fn outage(&self) -> Option<String> {
+        match self {
+            Refusal::Unavailable(e) => Some(e.to_string()),
+            Refusal::OverBudget(_) => None,
+        }
+    }
 }
 
 /// Keeps a task listed as running an intake in this process until dropped.
@@ -126,12 +177,20 @@ struct Prepared {
     repository: RepositoryRef,
     /// The revisions as the request gave them.
     revisions: GivenRevisions,
-    /// A review's diff, stored.
-    diff: Option<PreparedDiff>,
+    /// A review's diff as git gave it, stored in pieces before the task starts.
+    diff: Option<PendingDiff>,
     /// What the code host said of the task's pull request or issue.
     host: Option<FromHost>,
     /// A scan's files classified and packed into shards.
     scan: Option<crate::scan_shards::ScanPlan>,
+}
+
+/// A review's diff, read, and how it is to be stored ([`diff_pieces::prepare`]).
+#[derive(Debug, Clone)]
+struct PendingDiff {
+    text: String,
+    ignore: IgnoredPaths,
+    max_bytes: usize,
 }
 
 /// What intake read from the code host for a task given by a pull-request or issue URL.
@@ -146,14 +205,10 @@ enum FromHost {
 }
 
 impl Prepared {
+    /// What was read, on the task; a review's diff is written by [`Stored::write_to`].
     fn write_to(&self, task: &mut TaskRecord) {
         task.repository = Some(self.repository.clone());
         task.revisions = Some(self.revisions.clone());
-        if let Some(d) = &self.diff {
-            task.inputs.diff_files = d.files.clone();
-            task.inputs.diffstat = Some(d.diffstat.clone());
-            task.coverage = d.coverage.clone();
-        }
         if let Some(plan) = &self.scan {
             task.inputs.scan_shards = Some(plan.shards.clone());
             task.coverage = plan.coverage.clone();
@@ -178,13 +233,26 @@ impl Prepared {
     }
 }
 
-/// Why intake did not start a task.
-#[derive(Debug, Clone)]
-enum Unprepared {
-    /// It cannot be started: it ends with this.
-    Refused(Refused),
-    /// Not now: give it back, to be taken in again.
-    Later,
+/// What intake stored for a task, ready to start it.
+#[derive(Debug, Clone, Default)]
+struct Stored {
+    prepared: Option<Prepared>,
+    diff: Option<diff_pieces::PreparedDiff>,
+    budget: Option<crate::budget::BudgetHold>,
+}
+
+impl Stored {
+    fn write_to(&self, task: &mut TaskRecord) {
+        if let Some(p) = &self.prepared {
+            p.write_to(task);
+        }
+        if let Some(d) = &self.diff {
+            task.inputs.diff_files = d.files.clone();
+            task.inputs.diffstat = Some(d.diffstat.clone());
+            task.coverage = d.coverage.clone();
+        }
+        task.budget.clone_from(&self.budget);
+    }
 }
 
 /// Why a task could not be taken in: in words for its reason, and classified.
@@ -370,12 +438,22 @@ impl Intake {
 
     /// Prepares task `id` and starts it, if it is still queued, within the intake's deadline
     /// (its stamp plus the timeout; a slot is waited for within it too). When the deadline
-    /// passes, the task ends `incomplete` (`timeout`); when the scheduler stops first, the task
-    /// is given back. Failing to record the outcome is logged: the task stays queued and the
-    /// sweeper tries again.
+    /// passes, the task ends `incomplete` (`timeout`, or `store_unavailable` when the state
+    /// store was what it waited for); when the scheduler stops first, the task is given back.
+    /// Failing to record the end is logged: the task stays queued and the sweeper tries again.
     pub async fn start(&self, id: &str) {
-        let Ok(task) = self.records.load(id).await else {
-            return;
+        // The record is read through a store outage too, bounded by the intake's timeout: the
+        // task's own deadline is on it.
+        let phase = Mutex::new(Phase::Waiting);
+        let read = self.through_outages(&phase, || self.records.load(id));
+        let task = tokio::select! {
+            biased;
+            () = self.stop.cancelled() => return,
+            read = tokio::time::timeout(self.timeout, read) => match read {
+                Ok(Ok(task)) => task,
+                Ok(Err(e)) => return tracing::debug!(task = %id, error = %e, "no intake"),
+                Err(_) => return tracing::warn!(task = %id, "intake not started: its record could not be read; the sweeper will retry"),
+            },
         };
         if task.state != TaskState::Queued {
             return;
@@ -391,77 +469,164 @@ impl Intake {
         let stamp = task.intake_started_unix_ms.unwrap_or(now);
         let left = stamp.saturating_add(self.timeout_ms()).saturating_sub(now);
         let phase = Mutex::new(Phase::Waiting);
-        let work = async {
-            let _slot = self.slots.acquire().await;
-            // The task may have been cancelled (or started elsewhere) while it waited.
-            let task = match self.records.load(id).await {
-                Ok(task) if task.state == TaskState::Queued => task,
-                _ => return None,
-            };
-            *phase.lock().unwrap_or_else(PoisonError::into_inner) = Phase::Preparing;
-            Some(self.prepare_within_budget(&task).await)
-        };
-        let prepared = tokio::select! {
+        let ended = tokio::select! {
             biased;
             () = self.stop.cancelled() => {
                 self.give_back(id, task.intake_started_unix_ms).await;
                 return;
             }
-            done = tokio::time::timeout(Duration::from_millis(left), work) => match done {
-                Ok(Some(prepared)) => prepared,
-                Ok(None) => return,
-                Err(_) => {
-                    let phase = *phase.lock().unwrap_or_else(PoisonError::into_inner);
-                    return self.time_out(id, task.intake_started_unix_ms, phase).await;
-                }
-            },
+            ended = tokio::time::timeout(Duration::from_millis(left), self.take_in(id, &phase)) => ended,
         };
-        let now = self.clock.now_unix_ms();
-        let outcome = match prepared {
-            Ok((prepared, hold)) => {
-                self.transitions
-                    .apply(id, |t| {
+        if ended.is_err() {
+            let phase = phase.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            self.time_out(id, task.intake_started_unix_ms, phase).await;
+        }
+    }
+
+    /// The intake itself: a slot waited for, the task read from the code host and the
+    /// repository while holding it, then its inputs stored and the task started — or ended with
+    /// why it cannot start.
+    async fn take_in(&self, id: &str, phase: &Mutex<Phase>) {
+        let (task, read) = {
+            let _slot = self.slots.acquire().await;
+            // The task may have been cancelled (or started elsewhere) while it waited.
+            let task = match self.through_outages(phase, || self.records.load(id)).await {
+                Ok(task) if task.state == TaskState::Queued => task,
+                _ => return,
+            };
+            *phase.lock().unwrap_or_else(PoisonError::into_inner) = Phase::Preparing;
+            let read = self.prepare(&task).await;
+            (task, read)
+        };
+        let stored = match read {
+            Ok(prepared) => self.store(&task, prepared, phase).await,
+            Err(refused) => Err(refused),
+        };
+        let ended = match stored {
+            Ok(stored) => {
+                let stored = &stored;
+                self.through_outages(phase, || {
+                    let now = self.clock.now_unix_ms();
+                    self.transitions.apply(id, move |t| {
                         // Another intake (a sweeper's restart) may have started it meanwhile.
                         if t.state == TaskState::Queued {
-                            if let Some(p) = &prepared {
-                                p.write_to(t);
-                            }
-                            t.budget.clone_from(&hold);
+                            stored.write_to(t);
                         }
                         pipeline::start(t, now)
                     })
-                    .await
+                })
+                .await
             }
-            Err(Unprepared::Later) => {
-                // The budget ledger did not answer: the task is given back for the sweeper
-                // to take in again, rather than started uncounted or refused for our outage.
-                self.give_back(id, task.intake_started_unix_ms).await;
-                return;
-            }
-            Err(Unprepared::Refused(refused)) => {
-                self.transitions
-                    .apply(id, |t| {
+            Err(refused) => {
+                let refused = &refused;
+                self.through_outages(phase, || {
+                    let now = self.clock.now_unix_ms();
+                    self.transitions.apply(id, move |t| {
                         pipeline::fail_intake(t, refused.reason.clone(), refused.kind, now)
                     })
-                    .await
+                })
+                .await
             }
         };
-        if let Err(e) = outcome {
+        if let Err(e) = ended {
             tracing::warn!(error = %e, task = %id, "intake not recorded; the sweeper will retry");
         }
     }
 
-    /// The intake's deadline passed: the task ends `incomplete` with kind `timeout`, unless
-    /// another replica has taken it over since (its stamp changed).
+    /// What intake read, stored: a review's diff in pieces, then the task's estimate reserved
+    /// against its organisation's budget (SPEC X5) — a task that does not fit is refused before
+    /// it starts. Each step is idempotent (a piece stored again only renews it, a reservation
+    /// is the task's own), so one cut short by an outage is simply made again.
+    async fn store(
+        &self,
+        task: &TaskRecord,
+        prepared: Option<Prepared>,
+        phase: &Mutex<Phase>,
+    ) -> Result<Stored, Refused> {
+        let mut stored = Stored::default();
+        if let Some(pending) = prepared.as_ref().and_then(|p| p.diff.as_ref()) {
+            let diff = self
+                .through_outages(phase, || {
+                    diff_pieces::prepare(
+                        self.inputs.as_ref(),
+                        &pending.text,
+                        pending.max_bytes,
+                        &pending.ignore,
+                    )
+                })
+                .await
+                .map_err(|e| Refused {
+                    kind: FailureKind::Internal,
+                    reason: format!("cannot store the diff: {e}"),
+                })?;
+            stored.diff = Some(diff);
+        }
+        stored.prepared = prepared;
+        let mut taken_in = task.clone();
+        stored.write_to(&mut taken_in);
+        stored.budget = self
+            .through_outages(phase, || self.budgets.reserve(&taken_in))
+            .await
+            .map_err(|refusal| match refusal {
+                Refusal::OverBudget(reason) => Refused {
+                    kind: FailureKind::BudgetExceeded,
+                    reason,
+                },
+                Refusal::Unavailable(e) => Refused {
+                    kind: FailureKind::StoreUnavailable,
+                    reason: format!("the budget ledger did not answer: {e}"),
+                },
+            })?;
+        Ok(stored)
+    }
+
+    /// `op`, made again while it fails with a state-store outage ([`store_backoff`]); any other
+    /// outcome is returned. The outage is kept in `phase` for the reason a timeout gives: the
+    /// intake's deadline bounds the waiting, and a stopping scheduler ends it.
+    async fn through_outages<T, E, F, Fut>(&self, phase: &Mutex<Phase>, op: F) -> Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Outage,
+    {
+        let before = phase.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let result = op
+            .retry(store_backoff())
+            .sleep(tokio::time::sleep)
+            .when(|e: &E| e.outage().is_some())
+            .notify(|e: &E, wait| {
+                let outage = e.outage().unwrap_or_default();
+                tracing::info!(error = %outage, wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "the state store is unavailable; intake waits");
+                *phase.lock().unwrap_or_else(PoisonError::into_inner) = Phase::StoreDown(outage);
+            })
+            .await;
+        *phase.lock().unwrap_or_else(PoisonError::into_inner) = before;
+        result
+    }
+
+    /// The intake's deadline passed: the task ends `incomplete` with kind `timeout` (or
+    /// `store_unavailable`), unless another replica has taken it over since (its stamp changed).
     async fn time_out(&self, id: &str, stamp: Option<u64>, phase: Phase) {
         let seconds = self.timeout.as_secs();
-        let reason = match phase {
-            Phase::Waiting => format!(
-                "intake did not start within {seconds} s: all {} intake slots were busy with other tasks; raise scheduler.intake_concurrency, or scheduler.intake_timeout_seconds when bursts are expected",
-                self.concurrency
+        let (kind, reason) = match phase {
+            Phase::Waiting => (
+                FailureKind::Timeout,
+                format!(
+                    "intake did not start within {seconds} s: all {} intake slots were busy with other tasks; raise scheduler.intake_concurrency, or scheduler.intake_timeout_seconds when bursts are expected",
+                    self.concurrency
+                ),
             ),
-            Phase::Preparing => format!(
-                "intake did not finish within {seconds} s: the code host or the repository did not answer in time; check them, or raise scheduler.intake_timeout_seconds (git's own limits are repositories.fetch_timeout_seconds and repositories.local_timeout_seconds)"
+            Phase::Preparing => (
+                FailureKind::Timeout,
+                format!(
+                    "intake did not finish within {seconds} s: the code host or the repository did not answer in time; check them, or raise scheduler.intake_timeout_seconds (git's own limits are repositories.fetch_timeout_seconds and repositories.local_timeout_seconds)"
+                ),
+            ),
+            Phase::StoreDown(outage) => (
+                FailureKind::StoreUnavailable,
+                format!(
+                    "intake did not finish within {seconds} s: the state store was unavailable ({outage}); check Redis (docs/deploy.md says what a failover costs), or raise scheduler.intake_timeout_seconds to wait longer"
+                ),
             ),
         };
         let now = self.clock.now_unix_ms();
@@ -471,7 +636,7 @@ impl Intake {
                 if t.intake_started_unix_ms != stamp {
                     return Effects::default();
                 }
-                pipeline::fail_intake(t, reason.clone(), FailureKind::Timeout, now)
+                pipeline::fail_intake(t, reason.clone(), kind, now)
             })
             .await;
         if let Err(e) = ended {
@@ -510,30 +675,6 @@ impl Intake {
                 },
                 reason: refusal.to_string(),
             })
-    }
-
-    /// [`Intake::prepare`], then the task's estimate reserved against its organisation's budget
-    /// (SPEC X5): a task that does not fit is refused before it starts.
-    async fn prepare_within_budget(
-        &self,
-        task: &TaskRecord,
-    ) -> Result<(Option<Prepared>, Option<BudgetHold>), Unprepared> {
-        let prepared = self.prepare(task).await.map_err(Unprepared::Refused)?;
-        let mut taken_in = task.clone();
-        if let Some(p) = &prepared {
-            p.write_to(&mut taken_in);
-        }
-        match self.budgets.reserve(&taken_in).await {
-            Ok(hold) => Ok((prepared, hold)),
-            Err(Refusal::OverBudget(reason)) => Err(Unprepared::Refused(Refused {
-                kind: FailureKind::BudgetExceeded,
-                reason,
-            })),
-            Err(Refusal::Unavailable(e)) => {
-                tracing::warn!(task = %task.id, error = %e, "budget not reserved; the task is taken in again later");
-                Err(Unprepared::Later)
-            }
-        }
     }
 
     /// The task's inputs, or why they cannot be had.
@@ -707,17 +848,11 @@ impl Intake {
             kind: FailureKind::InvalidRequest,
             reason: format!("pipeline.ignore_paths: {e}"),
         })?;
-        let diff = diff_pieces::prepare(
-            self.inputs.as_ref(),
-            &change.diff,
-            task.settings.max_diff_bytes,
-            &ignore,
-        )
-        .await
-        .map_err(|e| Refused {
-            kind: FailureKind::Internal,
-            reason: format!("cannot store the diff: {e}"),
-        })?;
+        let diff = PendingDiff {
+            text: change.diff,
+            ignore,
+            max_bytes: task.settings.max_diff_bytes,
+        };
         Ok(Prepared {
             repository: RepositoryRef {
                 url: repo.url.clone(),
@@ -741,7 +876,7 @@ mod tests {
     use verdict_proto::wire::Priority;
 
     use super::*;
-    use crate::engine::fixture::{DIFF, Fixture, INTAKE_TIMEOUT, MAIN_COMMIT, REPO, V1};
+    use crate::engine::fixture::{DIFF, Fixture, INTAKE_TIMEOUT, MAIN_COMMIT, Outages, REPO, V1};
     use crate::task::StageStatus;
 
     const MAIN: &str = "0000000000000000000000000000000000000a11";
@@ -801,6 +936,68 @@ mod tests {
             StageStatus::Dispatched
         );
         assert_eq!(fx.broker.depth(Route::Stages(Priority::Interactive)), 1);
+    }
+
+    /// Issue 34: a state store down while a review is taken in (a Redis primary failing over)
+    /// is waited out: the task starts once the store answers, its diff stored, instead of
+    /// ending `internal`.
+    #[tokio::test(start_paused = true)]
+    async fn an_intake_waits_out_a_store_outage_and_starts_the_task() {
+        let outages = Arc::new(Outages::default());
+        let fx = Fixture::with_outages(&outages);
+        fx.repositories.insert_revision(REPO, "main", MAIN);
+        fx.repositories.insert_revision(REPO, "feature", FEATURE);
+        fx.repositories.insert_change(REPO, MAIN, FEATURE, DIFF);
+        let task = fx.queued_review().await;
+        outages.inputs_down.store(true, Ordering::SeqCst);
+        outages.documents_down.store(true, Ordering::SeqCst);
+
+        let intake = fx.parts.intake.clone();
+        let id = task.id.clone();
+        let running = tokio::spawn(async move { intake.start(&id).await });
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        outages.documents_down.store(false, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(
+            fx.load(&task.id).await.state,
+            TaskState::Queued,
+            "still waiting"
+        );
+        outages.inputs_down.store(false, Ordering::SeqCst);
+        running.await.unwrap();
+
+        let started = fx.load(&task.id).await;
+        assert_eq!(started.state, TaskState::Running);
+        assert_eq!(started.failure_kind, None);
+        assert_eq!(started.inputs.diff_files.len(), 1);
+        assert_eq!(fx.broker.depth(Route::Stages(Priority::Interactive)), 1);
+    }
+
+    /// An intake whose deadline passes while the store is down ends its task with the kind that
+    /// says so, and the reason names the store and what it answered.
+    #[tokio::test(start_paused = true)]
+    async fn an_intake_the_store_outlasts_ends_its_task_store_unavailable() {
+        let outages = Arc::new(Outages::default());
+        let fx = Fixture::with_outages(&outages);
+        fx.repositories.insert_revision(REPO, "main", MAIN);
+        fx.repositories.insert_revision(REPO, "feature", FEATURE);
+        fx.repositories.insert_change(REPO, MAIN, FEATURE, DIFF);
+        let task = fx.queued_review().await;
+        outages.inputs_down.store(true, Ordering::SeqCst);
+        let start = tokio::time::Instant::now();
+
+        fx.parts.intake.start(&task.id).await;
+
+        assert_eq!(start.elapsed(), INTAKE_TIMEOUT);
+        let ended = fx.load(&task.id).await;
+        assert_eq!(ended.state, TaskState::Incomplete);
+        assert_eq!(ended.failure_kind, Some(FailureKind::StoreUnavailable));
+        assert_eq!(
+            ended.reason.as_deref(),
+            Some(
+                "intake did not finish within 300 s: the state store was unavailable (input store unavailable: MOVED 7414); check Redis (docs/deploy.md says what a failover costs), or raise scheduler.intake_timeout_seconds to wait longer"
+            )
+        );
     }
 
     #[tokio::test(start_paused = true)]
