@@ -276,8 +276,9 @@ impl ApiClient {
             let (status, retry_after, body) = self
                 .exchange(self.http.post(self.url(path)).json(body))
                 .await?;
-            // A 503 that names a wait is an overloaded backend (Redis full, RabbitMQ alarmed):
-            // nothing was created either, so it is waited out the same way.
+            // A 503 that names a wait is a backend out of room (Redis full, RabbitMQ alarmed) or
+            // down (a Redis failover): nothing was created either (a record half-written is
+            // undone or adopted), so it is waited out the same way.
             let wait_named = retry_after.is_some();
             let retry_after = retry_after.unwrap_or(DEFAULT_RETRY_AFTER);
             if (status == StatusCode::TOO_MANY_REQUESTS

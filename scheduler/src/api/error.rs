@@ -10,6 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::service::ServiceError;
 
+/// The `Retry-After` of a 503 for a backend that is down: about what a Redis primary's failover
+/// takes with the `cluster-node-timeout` docs/deploy.md asks for, so a client that waits it out
+/// comes back about when the store does (decision 201).
+pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 5;
+
 /// The body of every error response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
@@ -33,7 +38,7 @@ pub struct ApiError {
     challenge: Option<&'static str>,
     /// `Allow` for 405s, when known.
     allow: Option<HeaderValue>,
-    /// `Retry-After` in seconds for 429s and overloaded 503s.
+    /// `Retry-After` in seconds for 429s and 503s.
     retry_after: Option<u64>,
 }
 
@@ -132,7 +137,9 @@ impl From<ServiceError> for ApiError {
                 ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
             }
             ServiceError::Unavailable(_) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+                let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message);
+                e.retry_after = Some(UNAVAILABLE_RETRY_AFTER_SECS);
+                e
             }
             ServiceError::Busy {
                 retry_after_secs, ..
@@ -198,6 +205,8 @@ mod tests {
             let retry_after = response.headers().get(RETRY_AFTER);
             if code == "busy" || code == "overloaded" {
                 assert_eq!(retry_after.and_then(|v| v.to_str().ok()), Some("3"));
+            } else if code == "unavailable" {
+                assert_eq!(retry_after.and_then(|v| v.to_str().ok()), Some("5"));
             } else {
                 assert!(retry_after.is_none(), "{e:?}");
             }

@@ -18,8 +18,8 @@
 //!
 //! Errors are `{"error": {"code", "message"}}` ([`error`]) with codes `invalid_request` (400),
 //! `unauthorized` (401), `not_found` (404), `method_not_allowed` (405), `conflict` (409),
-//! `payload_too_large` (413), `unsupported_media_type` (415), `internal` (500) and
-//! `unavailable` (503).
+//! `payload_too_large` (413), `busy` (429), `unsupported_media_type` (415), `internal` (500),
+//! `unavailable` and `overloaded` (503); every 429 and 503 carries `Retry-After`.
 //!
 //! # Layout
 //! - [`routes`]: the handlers. [`sse`]: the event stream. [`json`]: request bodies.
