@@ -610,6 +610,19 @@ async fn delayed_messages_arrive_not_before_the_delay(h: &Harness) {
     let now = next(&mut bulk).await;
     assert_eq!(now.message, message("now"));
     now.acker.ack().await.unwrap();
+
+    // A delay that must be over by a limit is never longer (RabbitMQ: a bucket within it; the
+    // memory broker: the limit itself), unless no bucket is that short.
+    let limit = Duration::from_secs(1);
+    let within = broker.delay_within(limit);
+    assert!(!within.is_zero() && within <= limit, "{within:?}");
+    assert_eq!(
+        broker.delay_within(Duration::ZERO),
+        match h.backend {
+            Backend::Memory(_) => Duration::ZERO,
+            Backend::RabbitMq { .. } => SMALLEST_BUCKET,
+        }
+    );
 }
 
 async fn many_publishers_at_once(h: &Harness) {

@@ -26,6 +26,11 @@ use verdict_backends::broker::{Broker, BrokerError, Delivery, Message, Route};
 use verdict_backends::ratelimit::SlotLimiter;
 use verdict_backends::store::{CancelSignals, Claim, ResultStore};
 
+/// How long after another worker's lease would lapse its stage's deferred delivery comes back, at
+/// most twice this with jitter: a live holder renews every third of the lease, long before, so a
+/// moment past the lapse is enough to tell a dead holder from a live one.
+const PAST_LEASE: Duration = Duration::from_millis(500);
+
 /// How long a recorded result's delivery is held while the broker cannot take the result: well
 /// below RabbitMQ's `consumer_timeout` (30 min by default), which would close the channel over a
 /// delivery held longer.
@@ -315,7 +320,7 @@ impl Consumer {
                 // lapsed — never dropped, or a dead worker's stage would be lost.
                 tracing::info!(%owner, ?expires_in, "stage held by another worker; deferring this delivery");
                 self.count("deferred");
-                let delay = expires_in + s.claim_ttl / 3 + jitter(s.claim_ttl / 3);
+                let delay = expires_in + PAST_LEASE + jitter(PAST_LEASE);
                 let settle_as = self.publish_later(&request, delay, false).await;
                 settle(delivery, settle_as).await;
                 return;
@@ -509,12 +514,18 @@ impl Consumer {
     /// The request published again to come back after `delay`, then this delivery acknowledged
     /// (so a deferral never counts towards the queue's delivery limit). `retry`: a new attempt
     /// after a retryable failure (E5: a long wait spent in a delay queue, not in a worker slot),
-    /// counted and announced; otherwise the same attempt, deferred.
+    /// counted and announced, never before `delay`; otherwise the same attempt, deferred, back
+    /// by `delay` at the latest — a delay queue at or below it, so a dead worker's stage is taken
+    /// over about when its lease lapses, not at the next longer queue (a copy back early finds
+    /// the lease live and is deferred again, for less).
     async fn publish_later(&self, request: &StageRequest, delay: Duration, retry: bool) -> Settle {
         let mut next = request.clone();
-        if retry {
+        let delay = if retry {
             next.attempt += 1;
-        }
+            delay
+        } else {
+            self.inner.broker.delay_within(delay)
+        };
         let Ok(body) = wire::encode(&next) else {
             return Settle::Requeue;
         };

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use verdict_backends::BoxFuture;
+use verdict_backends::broker::amqp::AmqpConfig;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::broker::{Broker, Message, Route};
 use verdict_backends::ratelimit::MemorySlots;
@@ -135,8 +136,19 @@ fn pool_answering(claims: usize, records: usize, answer: Step) -> Pool {
 /// [`pool`], its stages answering with `answers` in turn, with `cap` bulk stages per
 /// organisation (0: no cap), bulk stages consumed too.
 fn pool_with(claims: usize, records: usize, answers: Vec<Step>, cap: u32) -> Pool {
+    pool_on(MemoryBroker::new(), claims, records, answers, cap)
+}
+
+/// [`pool_with`] on `broker`.
+fn pool_on(
+    broker: MemoryBroker,
+    claims: usize,
+    records: usize,
+    answers: Vec<Step>,
+    cap: u32,
+) -> Pool {
     let rig = rig(answers, ExecutorSettings::default());
-    let broker = Arc::new(MemoryBroker::new());
+    let broker = Arc::new(broker);
     let results = Arc::new(Flaky::new(rig.store.clone(), claims, records));
     let slots = Arc::new(MemorySlots::new());
     let consumer = Consumer::new(
@@ -257,6 +269,40 @@ async fn a_dead_workers_stage_is_deferred_then_taken_over_when_its_lease_lapses(
             .is_some(),
         "recorded"
     );
+    pool.stop().await;
+}
+
+/// Issue 34: on RabbitMQ's delay queues (1 s, 5 s, 10 s, 30 s, …) a dead worker's stage is taken
+/// over within a moment of its lease lapsing, as `worker.claim_ttl_seconds` promises — not when
+/// the next longer queue gives its deferred copy back (30 s for a 15 s lease, before).
+#[tokio::test(start_paused = true)]
+async fn on_rabbitmqs_delay_queues_a_dead_workers_stage_resumes_as_its_lease_lapses() {
+    let buckets = AmqpConfig::new("amqp://127.0.0.1").delay_buckets;
+    let broker = MemoryBroker::new().with_delay_buckets(&buckets);
+    let pool = pool_on(broker, 0, 0, vec![Step::text(VALID_REVIEW)], 0);
+    let stage = request(
+        StageKind::Review,
+        RepairMode::Conversation,
+        2,
+        far_future(&pool.rig),
+    );
+    pool.rig
+        .store
+        .claim(&stage.task_id, &stage.stage_id, "worker-a", TTL)
+        .await
+        .unwrap();
+    let claimed_at = tokio::time::Instant::now();
+    pool.publish(&stage).await;
+
+    let result = pool.next_result().await;
+
+    let resumed = tokio::time::Instant::now() - claimed_at;
+    assert!(
+        resumed >= TTL && resumed <= TTL + Duration::from_secs(2),
+        "resumed {resumed:?} after the kill, with a {TTL:?} lease"
+    );
+    assert_eq!(result.stage_id, stage.stage_id);
+    assert_eq!(pool.deliveries("executed"), 1.0);
     pool.stop().await;
 }
 

@@ -11,7 +11,8 @@
 //! - A requeued message goes back to the **front** of its queue, ahead of newer messages, so
 //!   retries keep their place; the delivery limit bounds how often it can come back. (RabbitMQ
 //!   3.10's quorum queues do the same, but no RabbitMQ version promises it.)
-//! - `publish_delayed` waits exactly `delay` (no buckets).
+//! - `publish_delayed` waits exactly `delay`, unless the broker was given RabbitMQ's delay
+//!   buckets ([`MemoryBroker::with_delay_buckets`]), which it then rounds to as RabbitMQ does.
 //! - Prefetch 0 (AMQP's "unlimited") is capped at 256 unsettled deliveries.
 //! - Nothing holds publishing back unless a test says so ([`MemoryBroker::set_pressure`]); then
 //!   every publish fails at once with [`BrokerError::Blocked`], where RabbitMQ would first wait
@@ -55,6 +56,8 @@ struct State {
     outstanding: watch::Sender<usize>,
     /// Why publishing is held back, as [`MemoryBroker::set_pressure`] said.
     pressure: Option<String>,
+    /// The delays carried, in milliseconds, sorted; `None`: any delay, exactly.
+    delay_buckets_ms: Option<Vec<u64>>,
 }
 
 /// Where the broker is in its life; it only moves forward.
@@ -114,8 +117,19 @@ impl MemoryBroker {
                 phase: Phase::Open,
                 outstanding: watch::Sender::new(0),
                 pressure: None,
+                delay_buckets_ms: None,
             })),
         }
+    }
+
+    /// This broker with delay queues of these lengths, as RabbitMQ's topology has them: a delay
+    /// is rounded up to the next one ([`Broker::publish_delayed`]).
+    pub fn with_delay_buckets(self, buckets: &[Duration]) -> MemoryBroker {
+        let mut ms: Vec<u64> = buckets.iter().map(|d| super::millis(*d)).collect();
+        ms.sort_unstable();
+        ms.dedup();
+        self.lock().delay_buckets_ms = Some(ms);
+        self
     }
 
     /// Every message dead-lettered so far as it was published, with its reason, oldest first
@@ -435,6 +449,12 @@ impl Broker for MemoryBroker {
             if route == Route::DeadLetters {
                 return Err(no_delayed_dead_letters());
             }
+            let delay = match &self.lock().delay_buckets_ms {
+                Some(buckets) if !delay.is_zero() => {
+                    Duration::from_millis(super::bucket_at_least(buckets, super::millis(delay)))
+                }
+                _ => delay,
+            };
             let broker = self.clone();
             let message = message.clone();
             tokio::spawn(async move {
@@ -445,6 +465,15 @@ impl Broker for MemoryBroker {
             });
             Ok(())
         })
+    }
+
+    fn delay_within(&self, limit: Duration) -> Duration {
+        match &self.lock().delay_buckets_ms {
+            Some(buckets) => {
+                Duration::from_millis(super::bucket_at_most(buckets, super::millis(limit)))
+            }
+            None => limit,
+        }
     }
 
     /// Queues the message on [`Route::DeadLetters`] with `reason` in

@@ -236,6 +236,14 @@ pub trait Broker: Send + Sync + fmt::Debug {
         delay: Duration,
     ) -> BoxFuture<'a, Result<(), BrokerError>>;
 
+    /// The longest delay no longer than `limit` that [`Broker::publish_delayed`] carries as
+    /// given, not rounded up (the shortest it carries when none is that short): the delay for a
+    /// message that must come back by `limit`, such as a stage deferred until another worker's
+    /// lease lapses. A broker that waits exactly answers `limit`.
+    fn delay_within(&self, limit: Duration) -> Duration {
+        limit
+    }
+
     /// Moves a message to the dead-letter queue with `reason` recorded in
     /// [`DEAD_LETTER_REASON_HEADER`] (poison messages, SPEC Q1/R2). The caller acks the original
     /// afterwards. A message requeued more often than the delivery limit allows is dead-lettered
@@ -278,4 +286,33 @@ pub trait Broker: Send + Sync + fmt::Debug {
     /// everything. Returns how many deliveries were left unsettled; the broker takes those back
     /// and redelivers them (settling one afterwards is [`AckStatus::Stale`]).
     fn shutdown(&self, grace: Duration) -> BoxFuture<'_, usize>;
+}
+
+/// Of delay buckets in milliseconds, sorted: the one a delay of `ms` goes to — the shortest at
+/// least as long, or the longest when the delay exceeds them all (the message then comes back
+/// early rather than never).
+pub(crate) fn bucket_at_least(buckets: &[u64], ms: u64) -> u64 {
+    buckets
+        .iter()
+        .copied()
+        .find(|bucket| *bucket >= ms)
+        .or_else(|| buckets.last().copied())
+        .unwrap_or(ms)
+}
+
+/// Of delay buckets in milliseconds, sorted: the longest no longer than `ms`, or the shortest
+/// when none is that short.
+pub(crate) fn bucket_at_most(buckets: &[u64], ms: u64) -> u64 {
+    buckets
+        .iter()
+        .copied()
+        .rev()
+        .find(|bucket| *bucket <= ms)
+        .or_else(|| buckets.first().copied())
+        .unwrap_or(ms)
+}
+
+/// `d` in whole milliseconds, saturating.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

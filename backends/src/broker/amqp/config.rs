@@ -33,7 +33,9 @@ pub struct AmqpConfig {
     /// unlimited.
     pub delivery_limit: u32,
     /// Delay queues for [`crate::broker::Broker::publish_delayed`]; a delay is rounded up to the
-    /// next bucket. Default 1 s, 5 s, 30 s, 2 min, 10 min. Whole milliseconds, at least 1 ms.
+    /// next bucket. Default 1 s, 5 s, 10 s, 30 s, 2 min, 10 min (10 s so that a stage deferred
+    /// for a dead worker's 15 s lease comes back in two hops, not five). Whole milliseconds, at
+    /// least 1 ms.
     pub delay_buckets: Vec<Duration>,
     /// Shown in RabbitMQ's connection list (`rabbitmqctl list_connections client_properties`).
     /// Default `verdict`.
@@ -58,7 +60,7 @@ impl AmqpConfig {
             url: url.into(),
             prefix: "verdict".to_owned(),
             delivery_limit: 5,
-            delay_buckets: [1, 5, 30, 120, 600]
+            delay_buckets: [1, 5, 10, 30, 120, 600]
                 .into_iter()
                 .map(Duration::from_secs)
                 .collect(),
@@ -103,8 +105,8 @@ impl AmqpConfig {
         }
         if self.delay_buckets.is_empty() {
             return Err(BrokerError::Topology(
-                "delay_buckets is empty; configure at least one delay (default 1s, 5s, 30s, 2m, \
-                 10m)"
+                "delay_buckets is empty; configure at least one delay (default 1s, 5s, 10s, 30s, \
+                 2m, 10m)"
                     .to_owned(),
             ));
         }

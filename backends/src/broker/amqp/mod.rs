@@ -420,6 +420,11 @@ impl Broker for AmqpBroker {
         })
     }
 
+    fn delay_within(&self, limit: Duration) -> Duration {
+        let limit_ms = crate::broker::millis(limit);
+        Duration::from_millis(self.shared.topology.bucket_within(limit_ms))
+    }
+
     fn dead_letter<'a>(
         &'a self,
         message: &'a Message,

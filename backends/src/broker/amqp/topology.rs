@@ -102,8 +102,6 @@ impl Topology {
         format!("{}.delay.{millis}", self.prefix)
     }
 
-    /// The bucket a delay goes to: the smallest one at least as long, or the longest one when the
-    /// delay exceeds them all (the message then comes back early rather than never).
     /// Every delay queue's name.
     pub(super) fn delay_queues(&self) -> Vec<String> {
         self.delay_buckets_ms
@@ -112,13 +110,14 @@ impl Topology {
             .collect()
     }
 
+    /// The bucket a delay goes to ([`crate::broker::bucket_at_least`]).
     pub(super) fn bucket_for(&self, delay_ms: u64) -> u64 {
-        self.delay_buckets_ms
-            .iter()
-            .copied()
-            .find(|bucket| *bucket >= delay_ms)
-            .or_else(|| self.delay_buckets_ms.last().copied())
-            .unwrap_or(delay_ms)
+        crate::broker::bucket_at_least(&self.delay_buckets_ms, delay_ms)
+    }
+
+    /// The longest bucket within a limit ([`crate::broker::bucket_at_most`]).
+    pub(super) fn bucket_within(&self, limit_ms: u64) -> u64 {
+        crate::broker::bucket_at_most(&self.delay_buckets_ms, limit_ms)
     }
 
     /// Declares everything; safe to run any number of times from any number of processes with
@@ -344,6 +343,14 @@ mod tests {
         assert_eq!(topology.bucket_for(1000), 1000);
         assert_eq!(topology.bucket_for(1001), 30_000);
         assert_eq!(topology.bucket_for(3_600_000), 30_000);
+        assert_eq!(topology.bucket_within(29_999), 1000);
+        assert_eq!(topology.bucket_within(30_000), 30_000);
+        assert_eq!(topology.bucket_within(3_600_000), 30_000);
+        assert_eq!(
+            topology.bucket_within(1),
+            1000,
+            "the shortest when none is that short"
+        );
     }
 
     #[test]
