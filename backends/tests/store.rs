@@ -1816,6 +1816,45 @@ async fn redis_cluster_conformance_and_a_killed_primary() {
     }
 }
 
+/// A primary that hangs — its connections open, nothing answered, as a stuck host or a cut-off
+/// network leaves it — gets no reply from the store, whose shared connection still routes its
+/// slots there; once the cluster has failed it over, the store writes those slots again on the
+/// promoted replica, with the same store (the connection is replaced after a command got no
+/// answer), and nothing it acknowledged is gone.
+#[tokio::test]
+async fn redis_cluster_a_hung_primary_is_failed_over_under_the_same_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = RedisCluster::start_with(
+        &dir.path().join("data"),
+        &dir.path().join("logs"),
+        &["--cluster-require-full-coverage", "no"],
+    )
+    .await;
+    let mut config = RedisConfig::new(cluster.url());
+    config.prefix = "hung-test:".to_owned();
+    let store = RedisStore::connect(config).await.unwrap();
+    let (before, _) = record_until(&store, "before", |n| n >= 30).await;
+    let victim = cluster
+        .primary_for_key("hung-test:result:{before-0}:s")
+        .await;
+    await_replicated(victim).await;
+
+    cluster.hang(victim).await;
+    let on_victim = stage_result("before-0", "after-hang", 2);
+    cluster.await_failover(victim).await;
+
+    eventually(
+        "the store to write the hung primary's slots again",
+        || async { store.record(&on_victim).await.is_ok() },
+    )
+    .await;
+    let (after, refused) = record_until(&store, "after", |n| n >= 30).await;
+    assert_eq!(refused, 0, "every primary serves again after the failover");
+    assert_all_recorded(&store, &before).await;
+    assert_all_recorded(&store, &after).await;
+    cluster.resume(victim).await;
+}
+
 #[tokio::test]
 async fn redis_sentinel_conformance_and_a_failover() {
     let dir = tempfile::tempdir().unwrap();

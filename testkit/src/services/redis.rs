@@ -34,6 +34,8 @@ struct Server {
     args: Vec<OsString>,
     log: PathBuf,
     child: Option<Child>,
+    /// Stopped with `SIGSTOP`: running, but answering nothing.
+    hung: bool,
 }
 
 impl Server {
@@ -70,11 +72,13 @@ impl Server {
             args,
             log,
             child: None,
+            hung: false,
         }
     }
 
+    /// Running and answering.
     fn alive(&self) -> bool {
-        self.child.is_some()
+        self.child.is_some() && !self.hung
     }
 
     /// Starts it and waits until it answers `PING`.
@@ -88,6 +92,7 @@ impl Server {
             .spawn()
             .unwrap_or_else(|e| panic!("start redis-server on port {}: {e}", self.port));
         self.child = Some(child);
+        self.hung = false;
         self.await_pong().await;
     }
 
@@ -114,6 +119,23 @@ impl Server {
             let _ = child.start_kill();
             let _ = timeout(STOP, child.wait()).await;
         }
+    }
+
+    /// `kill -STOP` (`hung`) or `kill -CONT`: a server that keeps its connections open and
+    /// answers nothing, as a hung host or a cut-off network does, and then resumes.
+    async fn signal(&mut self, hung: bool) {
+        let Some(pid) = self.child.as_ref().and_then(Child::id) else {
+            panic!("127.0.0.1:{} is not running", self.port);
+        };
+        let signal = if hung { "-STOP" } else { "-CONT" };
+        run(
+            Command::new("kill").arg(signal).arg(pid.to_string()),
+            "kill",
+            COMMAND,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("kill {signal} {pid}: {e}"));
+        self.hung = hung;
     }
 }
 
@@ -175,6 +197,11 @@ impl PrivateRedis {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.server.port)
+    }
+
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.server.port
     }
 
     /// `kill -9`, and waits until the process is gone.
@@ -391,6 +418,17 @@ impl RedisCluster {
         self.node(port).kill().await;
     }
 
+    /// Stops the node on `port` without killing it (`SIGSTOP`): its connections stay open and
+    /// nothing it is sent is answered, until [`RedisCluster::resume`].
+    pub async fn hang(&mut self, port: u16) {
+        self.node(port).signal(true).await;
+    }
+
+    /// Lets a node stopped by [`RedisCluster::hang`] run again (`SIGCONT`).
+    pub async fn resume(&mut self, port: u16) {
+        self.node(port).signal(false).await;
+    }
+
     /// Waits until every running node reports `cluster_state:ok`, sees the node on `killed_port`
     /// marked `fail` with no slots left, and sees every slot served by a healthy primary.
     pub async fn await_failover(&self, killed_port: u16) {
@@ -585,6 +623,7 @@ impl RedisSentinel {
                 args: vec![conf.into_os_string(), "--sentinel".into()],
                 log: logs.join(format!("redis-sentinel-{port}.log")),
                 child: None,
+                hung: false,
             });
         }
         for server in data.iter_mut().chain(sentinels.iter_mut()) {

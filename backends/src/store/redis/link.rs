@@ -18,8 +18,14 @@
 //! No connection resends a command on its own: a cluster connection is built with no retries,
 //! so whether a failed command may be sent again is decided in one place, `RedisStore::run`,
 //! which knows whether repeating it is harmless.
+//!
+//! A shared connection on which a command got no answer within the command timeout is replaced
+//! ([`Links::stalled`]): redis-rs's cluster connection can wedge after a failover, holding every
+//! later command unsent until it times out (seen in the clustered chaos run: a scheduler whose
+//! every command timed out for minutes while the cluster was healthy), and a Sentinel-reported
+//! primary that no longer answers is as good as gone.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::BoxFuture;
@@ -203,8 +209,12 @@ fn percent_decode(text: &str) -> String {
 pub(crate) enum Conn {
     /// One server, reconnected in the background.
     Managed(ConnectionManager),
-    /// A Redis Cluster: routed per key slot, nodes reconnected in the background.
-    Cluster(ClusterConnection),
+    /// A Redis Cluster: routed per key slot, nodes reconnected in the background;
+    /// `generation` as for `Direct`.
+    Cluster {
+        generation: u64,
+        conn: ClusterConnection,
+    },
     /// One connection to one server (a Sentinel-reported primary, or a connection of its own
     /// for a blocking read); `generation` tells a failure on an old primary from one on the
     /// current.
@@ -218,7 +228,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Managed(conn) => conn.req_packed_command(cmd),
-            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster { conn, .. } => conn.req_packed_command(cmd),
             Conn::Direct { conn, .. } => conn.req_packed_command(cmd),
         }
     }
@@ -231,7 +241,7 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Managed(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
             Conn::Direct { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -239,7 +249,7 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Managed(conn) => conn.get_db(),
-            Conn::Cluster(conn) => conn.get_db(),
+            Conn::Cluster { conn, .. } => conn.get_db(),
             Conn::Direct { conn, .. } => conn.get_db(),
         }
     }
@@ -257,24 +267,97 @@ enum LinkKind {
         commands: ConnectionManager,
     },
     Cluster {
-        client: ClusterClient,
-        /// Made on first use, then shared; a cluster connection reconnects its nodes itself.
-        commands: tokio::sync::OnceCell<ClusterConnection>,
+        /// Boxed: a cluster client is twice the size of the other forms' state.
+        client: Box<ClusterClient>,
+        /// Made on first use, then shared until it stalls; a cluster connection reconnects its
+        /// nodes itself.
+        commands: Replaceable<ClusterConnection>,
         /// The seed nodes, for what must talk to one node (the cancellation subscription).
         nodes: Vec<String>,
     },
     Sentinel(SentinelLinks),
 }
 
-/// The Sentinel form's state: whom to ask, and the connection to the primary they named last.
+/// The Sentinel form's state: whom to ask, and the connection to the primary they named last
+/// (`None` until the next command asks the Sentinels).
 struct SentinelLinks {
-    sentinels: tokio::sync::Mutex<SentinelClient>,
-    /// The current primary's shared connection and its generation; `None` until the next
-    /// command asks the Sentinels.
-    current: Mutex<Option<(u64, MultiplexedConnection)>>,
-    /// One caller asks the Sentinels and connects at a time; the others wait and share.
-    connecting: tokio::sync::Mutex<()>,
-    generation: std::sync::atomic::AtomicU64,
+    sentinels: Arc<tokio::sync::Mutex<SentinelClient>>,
+    primary: Replaceable<MultiplexedConnection>,
+}
+
+/// How many command timeouts making a shared connection may take. More than one: a cluster
+/// connection is made by connecting to every seed and asking one for the slots, and a seed that
+/// hangs costs its connection and reply timeouts before the others are asked.
+const CONNECT_TIMEOUTS: u32 = 5;
+
+/// A shared connection that can be replaced: the current one with its generation, made by the
+/// first caller that finds none (the others wait and share it), and forgotten by generation, so
+/// that a failure seen on an old connection never drops its replacement.
+///
+/// A connection is made in a task of its own, bounded by [`CONNECT_TIMEOUTS`]: the command that
+/// asked may give up at its own timeout, but the connection is still made, for the next one —
+/// made inside the command's time, a connection slower than one command timeout was begun
+/// again by every command and never finished (the hung-primary cluster test).
+struct Replaceable<T> {
+    current: Arc<Mutex<Option<(u64, T)>>>,
+    /// Held by the task making a connection.
+    connecting: Arc<tokio::sync::Mutex<()>>,
+    generation: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<T: Clone + Send + 'static> Replaceable<T> {
+    fn new() -> Replaceable<T> {
+        Replaceable {
+            current: Arc::new(Mutex::new(None)),
+            connecting: Arc::new(tokio::sync::Mutex::new(())),
+            generation: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        }
+    }
+
+    fn current(&self) -> Option<(u64, T)> {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The current connection, or one `connect` makes (within `limit`) when there is none.
+    async fn get<F>(&self, connect: F, limit: Duration) -> RedisResult<(u64, T)>
+    where
+        F: Future<Output = RedisResult<T>> + Send + 'static,
+    {
+        if let Some(current) = self.current() {
+            return Ok(current);
+        }
+        let turn = self.connecting.clone().lock_owned().await;
+        if let Some(current) = self.current() {
+            return Ok(current);
+        }
+        let (current, generation) = (self.current.clone(), self.generation.clone());
+        let made = tokio::spawn(async move {
+            let _turn = turn;
+            let conn = tokio::time::timeout(limit, connect).await.map_err(|_| {
+                RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+            })??;
+            let generation = generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            *current.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((generation, conn.clone()));
+            Ok((generation, conn))
+        });
+        made.await.map_err(|e| {
+            RedisError::from((redis::ErrorKind::Client, "connecting failed", e.to_string()))
+        })?
+    }
+
+    /// Forgets the connection of `generation`, if it is still the current one; whether it was.
+    fn forget(&self, generation: u64) -> bool {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let is_current = current.as_ref().is_some_and(|(g, _)| *g == generation);
+        if is_current {
+            *current = None;
+        }
+        is_current
+    }
 }
 
 impl Links {
@@ -301,19 +384,22 @@ impl Links {
                     .retries(0)
                     .build()?;
                 LinkKind::Cluster {
-                    client,
-                    commands: tokio::sync::OnceCell::new(),
+                    client: Box::new(client),
+                    commands: Replaceable::new(),
                     nodes: nodes.clone(),
                 }
             }
             Deployment::Sentinel(target) => LinkKind::Sentinel(SentinelLinks {
-                sentinels: tokio::sync::Mutex::new(sentinel_client(target)?),
-                current: Mutex::new(None),
-                connecting: tokio::sync::Mutex::new(()),
-                generation: std::sync::atomic::AtomicU64::new(0),
+                sentinels: Arc::new(tokio::sync::Mutex::new(sentinel_client(target)?)),
+                primary: Replaceable::new(),
             }),
         };
         Ok(Links { kind, timeout })
+    }
+
+    /// How long making a shared connection may take ([`CONNECT_TIMEOUTS`]).
+    fn connect_limit(&self) -> Duration {
+        self.timeout * CONNECT_TIMEOUTS
     }
 
     /// Whether this is a Redis Cluster (keys spread over primaries) rather than one primary.
@@ -331,29 +417,53 @@ impl Links {
             LinkKind::Cluster {
                 client, commands, ..
             } => Box::pin(async move {
-                let conn = commands
-                    .get_or_try_init(|| client.get_async_connection())
-                    .await?;
-                Ok(Conn::Cluster(conn.clone()))
+                let client = ClusterClient::clone(client);
+                let connect = async move { client.get_async_connection().await };
+                let (generation, conn) = commands.get(connect, self.connect_limit()).await?;
+                Ok(Conn::Cluster { generation, conn })
             }),
-            LinkKind::Sentinel(links) => Box::pin(links.primary(self.timeout)),
+            LinkKind::Sentinel(links) => {
+                Box::pin(links.primary(self.timeout, self.connect_limit()))
+            }
         }
     }
 
     /// Reports that a command on `conn` failed with `error`: a Sentinel-reported primary that
-    /// is gone or demoted is forgotten, so the next command asks the Sentinels again. The other
-    /// forms recover by themselves.
+    /// is gone or demoted is forgotten, so the next command asks the Sentinels again; a timeout
+    /// is [`Links::stalled`]. The other forms recover by themselves.
     pub(crate) fn failed(&self, conn: &Conn, error: &RedisError) {
+        if error.is_timeout() {
+            return self.stalled(conn);
+        }
         if let (LinkKind::Sentinel(links), Conn::Direct { generation, .. }) = (&self.kind, conn)
             && (error.is_unrecoverable_error()
                 || error.is_io_error()
                 || error.is_connection_dropped()
                 || error.code() == Some("READONLY"))
         {
-            let mut current = links.current.lock().unwrap_or_else(PoisonError::into_inner);
-            if current.as_ref().is_some_and(|(g, _)| g == generation) {
-                *current = None;
+            links.primary.forget(*generation);
+        }
+    }
+
+    /// Reports that a command on `conn` got no answer in time (within the command timeout, or
+    /// the connection's own reply timeout): a shared
+    /// cluster or Sentinel connection is replaced by the next command (see the module docs). A
+    /// single server's connection manager reconnects by itself.
+    pub(crate) fn stalled(&self, conn: &Conn) {
+        let replaced = match (&self.kind, conn) {
+            (LinkKind::Cluster { commands, .. }, Conn::Cluster { generation, .. }) => {
+                commands.forget(*generation)
             }
+            (LinkKind::Sentinel(links), Conn::Direct { generation, .. }) => {
+                links.primary.forget(*generation)
+            }
+            _ => false,
+        };
+        if replaced {
+            tracing::warn!(
+                timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+                "a Redis command got no answer in time; the shared connection is replaced"
+            );
         }
     }
 
@@ -370,9 +480,10 @@ impl Links {
             }),
             LinkKind::Cluster { client, .. } => {
                 let config = ClusterConfig::new().set_connection_timeout(self.timeout);
-                Ok(Conn::Cluster(
-                    client.get_async_connection_with_config(config).await?,
-                ))
+                Ok(Conn::Cluster {
+                    generation: 0,
+                    conn: client.get_async_connection_with_config(config).await?,
+                })
             }
             LinkKind::Sentinel(links) => {
                 let client = links.primary_client().await?;
@@ -423,42 +534,21 @@ impl Links {
 }
 
 impl SentinelLinks {
-    async fn primary(&self, timeout: Duration) -> RedisResult<Conn> {
-        if let Some(conn) = self.current() {
-            return Ok(conn);
-        }
-        let _turn = self.connecting.lock().await;
-        if let Some(conn) = self.current() {
-            return Ok(conn);
-        }
-        let conn = self
-            .primary_client()
-            .await?
-            .get_multiplexed_async_connection_with_config(&timed(timeout))
-            .await?;
-        let generation = self
-            .generation
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1;
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((generation, conn.clone()));
+    async fn primary(&self, timeout: Duration, limit: Duration) -> RedisResult<Conn> {
+        let sentinels = self.sentinels.clone();
+        let connect = async move {
+            let client = sentinels.lock().await.async_get_client().await?;
+            client
+                .get_multiplexed_async_connection_with_config(&timed(timeout))
+                .await
+        };
+        let (generation, conn) = self.primary.get(connect, limit).await?;
         Ok(Conn::Direct { generation, conn })
     }
 
     /// A client for the primary the Sentinels report now.
     async fn primary_client(&self) -> RedisResult<Client> {
         self.sentinels.lock().await.async_get_client().await
-    }
-
-    fn current(&self) -> Option<Conn> {
-        self.current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map(|(generation, conn)| Conn::Direct {
-                generation: *generation,
-                conn: conn.clone(),
-            })
     }
 }
 
@@ -543,6 +633,39 @@ async fn cluster_primaries(seed: &str, timeout: Duration) -> RedisResult<Vec<Cli
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    /// A failure on an old connection never drops the one that replaced it.
+    #[tokio::test]
+    async fn a_connection_is_forgotten_only_by_its_own_generation() {
+        let shared = Replaceable::<u32>::new();
+        let (first, conn) = shared.get(async { Ok(7) }, LIMIT).await.unwrap();
+        assert_eq!(conn, 7);
+        assert_eq!(
+            shared.get(async { Ok(8) }, LIMIT).await.unwrap(),
+            (first, 7)
+        );
+        assert!(shared.forget(first));
+        let (second, conn) = shared.get(async { Ok(9) }, LIMIT).await.unwrap();
+        assert_eq!(conn, 9);
+        assert!(!shared.forget(first), "an old generation's failure");
+        assert_eq!(shared.current(), Some((second, 9)));
+    }
+
+    /// A connection slower than the command that asked for it is still made, for the next.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_made_even_when_its_caller_gave_up() {
+        let shared = Replaceable::<u32>::new();
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            Ok(5)
+        };
+        let gave_up = tokio::time::timeout(Duration::from_secs(1), shared.get(slow, LIMIT)).await;
+        assert!(gave_up.is_err());
+        let (_, conn) = shared.get(async { Ok(6) }, LIMIT).await.unwrap();
+        assert_eq!(conn, 5, "the one begun earlier");
+    }
 
     #[test]
     fn a_plain_url_is_one_server() {

@@ -520,6 +520,8 @@ impl RedisStore {
     {
         let timeout = self.inner.config.command_timeout;
         let attempt = || async {
+            // The connection the command went out on, for a timeout to name.
+            let sent_on = Mutex::new(None);
             let exchange = async {
                 let mut redirects = 0;
                 loop {
@@ -529,6 +531,7 @@ impl RedisStore {
                         .commands()
                         .await
                         .map_err(Failure::Connect)?;
+                    *sent_on.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
                     match command(conn.clone()).await {
                         Ok(value) => return Ok(value),
                         // A cluster node answered that another serves the slot: the command
@@ -545,7 +548,16 @@ impl RedisStore {
             };
             match tokio::time::timeout(timeout, exchange).await {
                 Ok(result) => result,
-                Err(_) => Err(Failure::TimedOut(timeout)),
+                Err(_) => {
+                    let sent_on = sent_on
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .take();
+                    if let Some(conn) = sent_on {
+                        self.inner.links.stalled(&conn);
+                    }
+                    Err(Failure::TimedOut(timeout))
+                }
             }
         };
         attempt
