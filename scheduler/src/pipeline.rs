@@ -90,6 +90,17 @@ pub struct MergedFindings {
 pub const UNKNOWN_MODEL: &str = "unknown";
 
 impl Effects {
+    /// `next`'s effects after these.
+    pub fn then(&mut self, next: Effects) {
+        self.events.extend(next.events);
+        for stage in next.planned {
+            if !self.planned.contains(&stage) {
+                self.planned.push(stage);
+            }
+        }
+        self.merged.extend(next.merged);
+    }
+
     fn event(&mut self, kind: EventType, stage_id: Option<&str>, message: String, data: Value) {
         self.events.push(Draft {
             kind,

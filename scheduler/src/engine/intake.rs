@@ -882,6 +882,13 @@ mod tests {
     const MAIN: &str = "0000000000000000000000000000000000000a11";
     const FEATURE: &str = "00000000000000000000000000000000000fea70";
 
+    /// [`REPO`]'s `main` and `feature` branches, `feature` changing it by [`DIFF`].
+    fn feature_branch(fx: &Fixture) {
+        fx.repositories.insert_revision(REPO, "main", MAIN);
+        fx.repositories.insert_revision(REPO, "feature", FEATURE);
+        fx.repositories.insert_change(REPO, MAIN, FEATURE, DIFF);
+    }
+
     /// `Retry-After` from the recent pace: 101 ends over 10 s is 10 a second, so 25 more take
     /// 3 s; the answer stays within 1 to 60 s, and is 5 s when the pace cannot be told.
     #[test]
@@ -900,9 +907,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_review_starts_with_its_change_stored_in_pieces() {
         let fx = Fixture::new();
-        fx.repositories.insert_revision(REPO, "main", MAIN);
-        fx.repositories.insert_revision(REPO, "feature", FEATURE);
-        fx.repositories.insert_change(REPO, MAIN, FEATURE, DIFF);
+        feature_branch(&fx);
         let task = fx.queued_review().await;
 
         fx.parts.intake.start(&task.id).await;
@@ -945,9 +950,7 @@ mod tests {
     async fn an_intake_waits_out_a_store_outage_and_starts_the_task() {
         let outages = Arc::new(Outages::default());
         let fx = Fixture::with_outages(&outages);
-        fx.repositories.insert_revision(REPO, "main", MAIN);
-        fx.repositories.insert_revision(REPO, "feature", FEATURE);
-        fx.repositories.insert_change(REPO, MAIN, FEATURE, DIFF);
+        feature_branch(&fx);
         let task = fx.queued_review().await;
         outages.inputs_down.store(true, Ordering::SeqCst);
         outages.documents_down.store(true, Ordering::SeqCst);
@@ -979,9 +982,7 @@ mod tests {
     async fn an_intake_the_store_outlasts_ends_its_task_store_unavailable() {
         let outages = Arc::new(Outages::default());
         let fx = Fixture::with_outages(&outages);
-        fx.repositories.insert_revision(REPO, "main", MAIN);
-        fx.repositories.insert_revision(REPO, "feature", FEATURE);
-        fx.repositories.insert_change(REPO, MAIN, FEATURE, DIFF);
+        feature_branch(&fx);
         let task = fx.queued_review().await;
         outages.inputs_down.store(true, Ordering::SeqCst);
         let start = tokio::time::Instant::now();
@@ -1003,9 +1004,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_change_whose_every_file_is_ignored_is_skipped_without_asking_a_model() {
         let fx = Fixture::new();
-        fx.repositories.insert_revision(REPO, "main", MAIN);
-        fx.repositories.insert_revision(REPO, "feature", FEATURE);
-        fx.repositories.insert_change(REPO, MAIN, FEATURE, DIFF);
+        feature_branch(&fx);
         let task = fx.queued_review().await;
         fx.parts
             .records

@@ -123,6 +123,20 @@ struct Held {
     records: HashMap<String, HeldRecord>,
     /// Increases with every copy kept, so the oldest are the first dropped when full.
     tick: u64,
+    /// This replica's writes whose outcome is unknown, by task.
+    unconfirmed: HashMap<String, Unconfirmed>,
+}
+
+/// A write whose reply was lost (the store failed as it answered): the record written, and what
+/// its change asked to be done. The next update of the task reads the record; if it holds
+/// exactly this, the write landed and its effects are still owed — they are carried out with
+/// that update's own (decision 205). Without this, a result applied again after the store came
+/// back changed nothing, and a task could end without its `task-finished` event.
+#[derive(Debug)]
+struct Unconfirmed {
+    task: TaskRecord,
+    effects: Effects,
+    was_terminal: bool,
 }
 
 #[derive(Debug)]
@@ -239,25 +253,37 @@ impl TaskRecords {
         change: impl Fn(&mut TaskRecord) -> Effects,
     ) -> Result<Updated, ServiceError> {
         let key = task_key(id);
-        let mut held = self.held_copy(id);
+        // A write of ours may have landed unseen: then the record is read, never guessed at.
+        let mut unconfirmed = self.held().unconfirmed.remove(id);
+        let mut held = self.held_copy(id).filter(|_| unconfirmed.is_none());
+        let mut owed: Option<(Effects, bool)> = None;
         for _ in 0..MAX_TRIES {
             let from_copy = held.is_some();
             let (version, mut task) = match held.take() {
                 Some(copy) => copy,
-                None => self.read(id).await?,
+                None => match self.read(id).await {
+                    Ok(read) => read,
+                    Err(e) => {
+                        self.keep_unconfirmed(id, unconfirmed);
+                        return Err(e);
+                    }
+                },
             };
-            let was_terminal = task.state.is_terminal();
+            if let Some(write) = unconfirmed.take().filter(|w| w.task == task) {
+                owed = Some((write.effects, write.was_terminal));
+            }
+            let was_terminal = owed.as_ref().map_or(task.state.is_terminal(), |o| o.1);
             let before = task.clone();
-            let effects = change(&mut task);
+            let fresh = change(&mut task);
+            let idle = task == before && fresh.events.is_empty() && fresh.planned.is_empty();
+            let mut effects = owed.as_ref().map(|o| o.0.clone()).unwrap_or_default();
+            effects.then(fresh);
             let updated = Updated {
                 task,
                 effects,
                 was_terminal,
             };
-            if updated.task == before
-                && updated.effects.events.is_empty()
-                && updated.effects.planned.is_empty()
-            {
+            if idle {
                 if from_copy {
                     continue;
                 }
@@ -277,8 +303,15 @@ impl TaskRecords {
                     self.conflicts.inc();
                 }
                 Err(e) => {
-                    // Unknown whether it was written: the copy cannot be trusted any more.
+                    // Unknown whether it was written: the copy cannot be trusted any more, and
+                    // the next update finds out.
                     self.forget(id);
+                    let write = Unconfirmed {
+                        task: updated.task,
+                        effects: updated.effects,
+                        was_terminal,
+                    };
+                    self.keep_unconfirmed(id, Some(write));
                     return Err(unavailable(e));
                 }
             }
@@ -286,6 +319,18 @@ impl TaskRecords {
         Err(ServiceError::Unavailable(format!(
             "task {id} keeps changing under concurrent updates"
         )))
+    }
+
+    fn keep_unconfirmed(&self, id: &str, write: Option<Unconfirmed>) {
+        let Some(write) = write else {
+            return;
+        };
+        let mut held = self.held();
+        if held.unconfirmed.len() >= HELD_RECORDS {
+            // Only after a long outage; those tasks' owed effects are dropped, as before.
+            held.unconfirmed.clear();
+        }
+        held.unconfirmed.insert(id.to_owned(), write);
     }
 
     /// The ids of tasks not known to have ended.
@@ -719,5 +764,42 @@ mod tests {
 
         assert_eq!(adopted.id, task.id);
         assert_eq!(fx.parts.records.active().await.unwrap(), [task.id]);
+    }
+
+    /// A transition whose write landed but whose reply was lost (a Redis killed as it
+    /// answered): made again once the store answers, it changes nothing, yet its effects are
+    /// still carried out — the task's `task-finished` event appended once.
+    #[tokio::test(start_paused = true)]
+    async fn a_transition_whose_reply_was_lost_still_has_its_effects() {
+        let outages = Arc::new(Outages::default());
+        let fx = Fixture::with_outages(&outages);
+        let task = fx.queued_scan().await;
+        let now = fx.now();
+        let cancel = |t: &mut TaskRecord| crate::pipeline::cancel(t, "cancelled on request", now);
+        outages.lost_replies.store(1, Ordering::SeqCst);
+
+        assert!(fx.parts.transitions.apply(&task.id, cancel).await.is_err());
+        let key = task_key(&task.id);
+        let stored = DocumentStore::get(outages.store.as_ref(), &key).await;
+        assert!(
+            stored.unwrap().unwrap().body.contains("aborted"),
+            "it landed"
+        );
+        let ended = fx.parts.transitions.apply(&task.id, cancel).await.unwrap();
+
+        assert_eq!(ended.state, crate::document::TaskState::Aborted);
+        let events = fx.parts.progress.all(&task.id).await.unwrap();
+        let finished = events
+            .iter()
+            .filter(|e| e.kind == verdict_proto::wire::EventType::TaskFinished)
+            .count();
+        assert_eq!(finished, 1);
+        let more = fx.parts.transitions.apply(&task.id, cancel).await.unwrap();
+        assert_eq!(more.state, ended.state);
+        assert_eq!(
+            fx.parts.progress.all(&task.id).await.unwrap().len(),
+            events.len(),
+            "owed once"
+        );
     }
 }
