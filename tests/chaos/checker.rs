@@ -32,11 +32,18 @@ const AFTER: Duration = Duration::from_secs(3);
 /// before it could be journaled: paying for it again cannot be avoided, so it is shown but does
 /// not fail the run.
 const UNJOURNALED: Duration = Duration::from_millis(100);
+/// A killed worker's stages must be asked of the provider again within its claim TTL plus this
+/// (issue 34: the lease lapses, a deferred delivery comes back within a delay queue's hop).
+const RESUME_SLACK: Duration = Duration::from_secs(4);
 
 /// Everything the checker reads.
 #[derive(Debug)]
 pub struct Evidence<'a> {
     pub tasks: &'a [Submitted],
+    /// Task records in the store that no client was given.
+    pub unclaimed: Vec<String>,
+    /// What the fault injector saw that fails the run.
+    pub problems: &'a [String],
     /// Each submitted task's document, or why it could not be read.
     pub documents: BTreeMap<String, Result<TaskDocument, String>>,
     pub requests: Vec<RecordedRequest>,
@@ -57,11 +64,13 @@ pub struct Evidence<'a> {
     pub scheduler_alive: bool,
     pub submit_retries: usize,
     pub took: Duration,
+    /// `worker.claim_ttl_seconds` of the pool.
+    pub claim_ttl: Duration,
 }
 
 /// One provider call (see the module comment).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Call {
+pub struct Call {
     task: usize,
     stage: String,
     turn: usize,
@@ -145,7 +154,7 @@ fn normalised(raw: &str) -> String {
 }
 
 /// The call a request makes, when it is one of the workload's.
-fn call_of(request: &RecordedRequest) -> Option<Call> {
+pub fn call_of(request: &RecordedRequest) -> Option<Call> {
     let kind = stage_kind(request.model.as_deref()?)?;
     let task = task_number(&request.raw_body)?;
     let stage = if kind == "reviewer" {
@@ -327,8 +336,29 @@ pub fn check(e: &Evidence<'_>) -> Report {
     if !e.scheduler_alive {
         failures.push("the scheduler process died".to_owned());
     }
+    if !e.unclaimed.is_empty() {
+        failures.push(format!(
+            "{} task record(s) no client was given",
+            e.unclaimed.len()
+        ));
+    }
+    failures.extend(e.problems.iter().cloned());
 
-    let table = table(
+    let resumed = resumed_after_kill(e, &calls, &answers);
+    let late: Vec<&Duration> = resumed
+        .iter()
+        .filter(|d| **d > e.claim_ttl + RESUME_SLACK)
+        .collect();
+    if let Some(latest) = late.iter().max() {
+        failures.push(format!(
+            "{} stage call(s) of a killed worker were asked again only {:.1} s after the kill, past the claim TTL of {:?} + {RESUME_SLACK:?}",
+            late.len(),
+            latest.as_secs_f64(),
+            e.claim_ttl
+        ));
+    }
+
+    let mut table = table(
         e,
         &by_state,
         &incomplete_kinds,
@@ -336,7 +366,43 @@ pub fn check(e: &Evidence<'_>) -> Report {
         &duplicated,
         &paid_twice,
     );
+    if let (Some(first), Some(last)) = (resumed.iter().min(), resumed.iter().max()) {
+        let _ = writeln!(
+            table,
+            "  resumed after kill -9 worker: {} stage call(s) it had in flight asked again {:.1}-{:.1} s after the kill (worker.claim_ttl_seconds = {})",
+            resumed.len(),
+            first.as_secs_f64(),
+            last.as_secs_f64(),
+            e.claim_ttl.as_secs()
+        );
+    }
     Report { table, failures }
+}
+
+/// For each worker killed mid-stage: how long after the kill each provider call it had in
+/// flight — asked before the kill and never answered — was asked again.
+fn resumed_after_kill(
+    e: &Evidence<'_>,
+    calls: &BTreeMap<Call, Vec<&RecordedRequest>>,
+    answers: &BTreeMap<usize, &Answer>,
+) -> Vec<Duration> {
+    let since = |at: Instant| at.saturating_duration_since(e.started);
+    let mut resumed = Vec::new();
+    for kill in e.faults.iter().filter(|f| f.name == KILL_WORKER) {
+        for requests in calls.values() {
+            let abandoned = requests
+                .iter()
+                .any(|r| since(r.at) < kill.at && !answers.contains_key(&r.seq));
+            let again = requests
+                .iter()
+                .map(|r| since(r.at))
+                .find(|at| *at > kill.at);
+            if let (true, Some(again)) = (abandoned, again) {
+                resumed.push(again - kill.at);
+            }
+        }
+    }
+    resumed
 }
 
 /// Why a lost task stopped: its last call and the fault in effect then, and a dead letter that
@@ -455,6 +521,16 @@ fn table(
         },
     );
     row(&mut t, "duplicated", duplicated.len(), String::new());
+    row(
+        &mut t,
+        "records unclaimed",
+        e.unclaimed.len(),
+        if e.unclaimed.is_empty() {
+            "(task records no client was given)".to_owned()
+        } else {
+            format!("({})", e.unclaimed.join(", "))
+        },
+    );
     let unavoidable = paid_twice.iter().filter(|p| p.unavoidable).count();
     row(
         &mut t,
@@ -480,6 +556,9 @@ fn table(
     }
     for m in e.missed_faults {
         let _ = writeln!(t, "    NOT INJECTED: {m}");
+    }
+    for p in e.problems {
+        let _ = writeln!(t, "    FAILED: {p}");
     }
     let bursts: Vec<Duration> = e
         .answers
@@ -737,8 +816,11 @@ mod tests {
             reason: Some("not a JSON object".into()),
             ..Poison::default()
         };
+        let problems = ["kill -9 the index's Redis primary: a submission at +30.0s was answered 503 unavailable without Retry-After: down".to_owned()];
         let report = check(&Evidence {
             tasks: &tasks,
+            unclaimed: vec!["f00d".to_owned()],
+            problems: &problems,
             documents,
             requests,
             answers,
@@ -753,13 +835,16 @@ mod tests {
             scheduler_alive: true,
             submit_retries: 0,
             took: Duration::from_secs(60),
+            claim_ttl: Duration::from_secs(6),
         });
         assert_eq!(
             report.failures(),
             [
                 "2 task(s) lost",
                 "1 task(s) duplicated",
-                "1 stage call(s) paid twice"
+                "1 stage call(s) paid twice",
+                "1 task record(s) no client was given",
+                problems[0].as_str(),
             ],
             "{}",
             report.table()

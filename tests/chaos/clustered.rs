@@ -1,10 +1,14 @@
-//! The clustered scenario's faults (issue 14), each timed by a condition, never by sleeping: the
-//! Redis primary that holds the active-task index killed (`kill -9`; a replica takes over, then
-//! the old primary rejoins as a replica), a RabbitMQ node stopped while stages run (its clients
-//! move to the other nodes; the quorum queues keep their majority) and started again, Redis
-//! brought near its `maxmemory` and a RabbitMQ memory alarm raised. While each backend is out of
-//! room, one submission made through the API must be answered `503 overloaded` with
-//! `Retry-After` — nothing created — and the tasks already accepted must go on.
+//! The clustered scenario's faults (issues 14 and 34), each timed by a condition, never by
+//! sleeping: the Redis primary holding the stage inputs of the tasks being taken in killed
+//! (`kill -9`; a replica takes over, then the old primary rejoins as a replica, which ends the
+//! promoted one's `NOREPLICAS`), a RabbitMQ node stopped while stages run (its clients move to
+//! the other nodes; the quorum queues keep their majority) and started again, the Redis primary
+//! holding the most of the active-task index killed the same way, Redis brought near its
+//! `maxmemory` and a RabbitMQ memory alarm raised. While each Redis primary is down, intake
+//! probes ([`crate::probes`]) submit reviews through the API: every refusal must name a
+//! `Retry-After`, every probe is accepted once the failover is over, and every accepted one
+//! completes. While each backend is out of room, one submission must be answered `503
+//! overloaded` with `Retry-After` — nothing created — and the tasks already accepted go on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,15 +18,46 @@ use tokio::time::Instant;
 use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions};
 use verdict_testkit::FakeProvider;
 
-use crate::faults::{Chaos, Clock, Fault, Injected, all_answered, calls_in_flight, reach};
-use crate::pool::{Pool, TOKEN};
+use crate::faults::{
+    Chaos, Clock, Fault, Injected, RecordedTasks, all_answered, calls_in_flight, reach,
+    task_of_record,
+};
+use crate::pool::Pool;
+use crate::probes::{Probes, Seen, submit_once};
 use crate::services::{RabbitCluster, RedisCluster};
+use crate::workload::Submitted;
 
-/// Provider requests received before each fault (a run of 60 reviews makes about 210).
-const REDIS_AT: usize = 30;
+/// Provider requests received before each fault (a run of 60 reviews makes about 300, and the
+/// intake probes about as many again).
+const REDIS_INPUTS_AT: usize = 30;
 const RABBIT_AT: usize = 70;
-const REDIS_FULL_AT: usize = 110;
-const ALARM_AT: usize = 150;
+const REDIS_INDEX_AT: usize = 110;
+const REDIS_FULL_AT: usize = 150;
+const ALARM_AT: usize = 190;
+/// The numbers of the first intake probe of each Redis fault (the workload's are below 100).
+const INPUTS_PROBES: usize = 100;
+const INDEX_PROBES: usize = 200;
+/// Intake must accept a probe before a primary is killed, and again after it rejoined, within
+/// this long.
+const INTAKE_FLOWING: Duration = Duration::from_secs(60);
+/// A killed primary stays down after its replica took over until this many provider calls were
+/// answered meanwhile, at most `ALONE_MAX`, as a node being rescheduled does: the promoted replica,
+/// with no replica of its own, refuses writes (`NOREPLICAS`) all that time.
+const ANSWERED_WHILE_ALONE: usize = 15;
+const ALONE_MAX: Duration = Duration::from_secs(20);
+/// Every intake probe has ended by then, after the faults.
+const PROBES_END: Duration = Duration::from_secs(180);
+
+/// How the scenario's Redis Cluster nodes run, as docs/deploy.md asks: the other primaries
+/// serve their slots while one fails over, and a primary takes writes only while a replica
+/// follows it (so a promoted replica refuses writes, `NOREPLICAS`, until the old primary has
+/// rejoined as its replica).
+pub const REDIS_SETTINGS: [&str; 4] = [
+    "--cluster-require-full-coverage",
+    "no",
+    "--min-replicas-to-write",
+    "1",
+];
 
 /// The RabbitMQ node stopped: every process tries the nodes from a random one, so some are on
 /// each node.
@@ -43,6 +78,17 @@ const POLL: Duration = Duration::from_millis(100);
 pub struct Clustered {
     pub redis: RedisCluster,
     pub rabbit: RabbitCluster,
+}
+
+impl RecordedTasks for Clustered {
+    async fn recorded_tasks(&self, prefix: &str) -> Vec<String> {
+        let mut ids = Vec::new();
+        for port in self.redis.primaries().await {
+            let keys = keys_on(port, &format!("{prefix}doc:task:*")).await;
+            ids.extend(keys.iter().filter_map(|k| task_of_record(k)));
+        }
+        ids
+    }
 }
 
 /// What a probe submission made while a backend had no room was answered.
@@ -89,31 +135,27 @@ pub async fn inject(
     let mut missed = Vec::new();
     let mut stalled = None;
 
-    // 1. kill -9 the Redis primary holding the active-task index; a replica takes over.
-    match reach(&fake, REDIS_AT, &mut stalled).await {
-        Err(e) => missed.push(format!("kill a Redis primary: {e}")),
+    let mut probes: Vec<Submitted> = Vec::new();
+    let mut problems: Vec<String> = Vec::new();
+
+    // 1. kill -9 the Redis primary holding the diff inputs of the tasks being taken in.
+    match reach(&fake, REDIS_INPUTS_AT, &mut stalled).await {
+        Err(e) => missed.push(format!("kill the inputs' Redis primary: {e}")),
         Ok(()) => {
             let begun = clock.begin(&fake);
-            let redis = &mut chaos.services.redis;
-            let victim = redis
-                .primary_for_key(&format!("{redis_prefix}set:active"))
-                .await;
-            let in_flight = calls_in_flight(&fake).len();
-            let answered = fake.answer_count();
-            let killed = Instant::now();
-            redis.kill(victim).await;
-            redis.await_failover(victim).await;
-            let failover = killed.elapsed();
-            let during = fake.answer_count() - answered;
-            redis.restart(victim).await;
-            faults.push(clock.record(
-                "kill -9 a Redis primary",
-                format!(
-                    "127.0.0.1:{victim} (the active-task index's), {in_flight} provider call(s) in flight; a replica took over in {:.1} s while {during} call(s) were answered; rejoined as a replica",
-                    failover.as_secs_f64()
-                ),
+            let under = Under {
+                pattern: format!("{redis_prefix}input:*"),
+                what: "stage-input keys",
+                first_probe: INPUTS_PROBES,
+            };
+            let killed = kill_under_intake(&mut chaos, &fake, &repository, &under, started).await;
+            conclude_under_intake(
+                (&clock, &mut faults, &mut missed),
+                (&mut probes, &mut problems),
+                "kill -9 the inputs' Redis primary",
+                killed,
                 begun,
-            ));
+            );
         }
     }
 
@@ -146,7 +188,28 @@ pub async fn inject(
         }
     }
 
-    // 3. Redis near its maxmemory: intake held back, then room again.
+    // 3. kill -9 the Redis primary holding the most of the active-task index.
+    match reach(&fake, REDIS_INDEX_AT, &mut stalled).await {
+        Err(e) => missed.push(format!("kill the index's Redis primary: {e}")),
+        Ok(()) => {
+            let begun = clock.begin(&fake);
+            let under = Under {
+                pattern: format!("{redis_prefix}set:tasks:active:*"),
+                what: "active-task index shards",
+                first_probe: INDEX_PROBES,
+            };
+            let killed = kill_under_intake(&mut chaos, &fake, &repository, &under, started).await;
+            conclude_under_intake(
+                (&clock, &mut faults, &mut missed),
+                (&mut probes, &mut problems),
+                "kill -9 the index's Redis primary",
+                killed,
+                begun,
+            );
+        }
+    }
+
+    // 4. Redis near its maxmemory: intake held back, then room again.
     match reach(&fake, REDIS_FULL_AT, &mut stalled).await {
         Err(e) => missed.push(format!("Redis near its maxmemory: {e}")),
         Ok(()) => {
@@ -177,7 +240,7 @@ pub async fn inject(
         }
     }
 
-    // 4. a RabbitMQ memory alarm: publishers blocked, intake held back, then cleared.
+    // 5. a RabbitMQ memory alarm: publishers blocked, intake held back, then cleared.
     match reach(&fake, ALARM_AT, &mut stalled).await {
         Err(e) => missed.push(format!("a RabbitMQ memory alarm: {e}")),
         Ok(()) => {
@@ -204,12 +267,185 @@ pub async fn inject(
     }
 
     drop(done);
+    if let Err(e) = await_ended(&chaos.pool.api_url, &probes).await {
+        problems.push(e);
+    }
     Injected {
         chaos,
         faults,
         missed,
         poison: None,
+        probes,
+        problems,
     }
+}
+
+/// What a Redis primary is killed under intake for: the keys matching `pattern` (`what`), and
+/// the number of the first intake probe.
+struct Under {
+    pattern: String,
+    what: &'static str,
+    first_probe: usize,
+}
+
+/// `kill -9` of the Redis primary holding the most keys matching `under.pattern`, while intake
+/// probes run: once intake has accepted a probe, the primary is killed, a replica takes over,
+/// the old primary is restarted and rejoins as a replica, and intake must accept probes again.
+/// The fault's description, and what the probes saw.
+async fn kill_under_intake(
+    chaos: &mut Chaos<Clustered>,
+    fake: &FakeProvider,
+    repository: &str,
+    under: &Under,
+    started: Instant,
+) -> Result<(String, Seen), String> {
+    let redis = &mut chaos.services.redis;
+    let (victim, held, total) = primary_holding_most(redis, &under.pattern).await?;
+    let probes = Probes::start(&chaos.pool.api_url, repository, under.first_probe, started);
+    if !probes.await_accepted(1, INTAKE_FLOWING).await {
+        let seen = probes.stop().await;
+        return Err(format!(
+            "intake accepted no probe before the kill: {}",
+            seen.summary()
+        ));
+    }
+    let in_flight = calls_in_flight(fake).len();
+    let killed = Instant::now();
+    redis.kill(victim).await;
+    redis.await_failover(victim).await;
+    let failover = killed.elapsed();
+    let answered = fake.answer_count();
+    while fake.answer_count() - answered < ANSWERED_WHILE_ALONE
+        && killed.elapsed() - failover < ALONE_MAX
+    {
+        tokio::time::sleep(POLL).await;
+    }
+    let answered_alone = fake.answer_count() - answered;
+    redis.restart(victim).await;
+    let rejoined = killed.elapsed();
+    let alone = rejoined - failover;
+    let again = probes.accepted() + 2;
+    let flowing = probes.await_accepted(again, INTAKE_FLOWING).await;
+    let seen = probes.stop().await;
+    if !flowing {
+        return Err(format!(
+            "intake did not accept probes again within {INTAKE_FLOWING:?} of the old primary's return: {}",
+            seen.summary()
+        ));
+    }
+    Ok((
+        format!(
+            "127.0.0.1:{victim} holding {held} of the {total} {}, {in_flight} provider call(s) in flight; a replica took over in {:.1} s and took no writes (NOREPLICAS) for {:.1} s, {} call(s) answered meanwhile, until the old primary rejoined as its replica {:.1} s after the kill; {}",
+            under.what,
+            failover.as_secs_f64(),
+            alone.as_secs_f64(),
+            answered_alone,
+            rejoined.as_secs_f64(),
+            seen.summary()
+        ),
+        seen,
+    ))
+}
+
+/// A primary killed under intake recorded as a fault (or missed), its probes kept for the
+/// checker, and what fails the run: a refusal without `Retry-After`, an answer that was neither
+/// an acceptance nor a refusal.
+fn conclude_under_intake(
+    (clock, faults, missed): (&Clock, &mut Vec<Fault>, &mut Vec<String>),
+    (probes, problems): (&mut Vec<Submitted>, &mut Vec<String>),
+    name: &'static str,
+    killed: Result<(String, Seen), String>,
+    begun: (Duration, usize),
+) {
+    let (detail, seen) = match killed {
+        Ok(done) => done,
+        Err(why) => return missed.push(format!("{name}: {why}")),
+    };
+    for refusal in seen.unnamed() {
+        problems.push(format!(
+            "{name}: a submission at +{:.1}s was answered {} {} without Retry-After: {}",
+            refusal.at.as_secs_f64(),
+            refusal.answer.status,
+            refusal.answer.code,
+            refusal.answer.message
+        ));
+    }
+    problems.extend(seen.failures.iter().map(|f| format!("{name}: {f}")));
+    probes.extend(seen.accepted);
+    faults.push(clock.record(name, detail, begun));
+}
+
+/// The primary holding the most keys matching `pattern` now, how many it holds, and how many
+/// all primaries hold.
+async fn primary_holding_most(
+    redis: &RedisCluster,
+    pattern: &str,
+) -> Result<(u16, usize, usize), String> {
+    let mut counts = Vec::new();
+    for port in redis.primaries().await {
+        counts.push((keys_on(port, pattern).await.len(), port));
+    }
+    let total = counts.iter().map(|(n, _)| n).sum();
+    match counts.into_iter().max() {
+        Some((held, port)) if held > 0 => Ok((port, held, total)),
+        _ => Err(format!("no primary holds a key matching {pattern}")),
+    }
+}
+
+/// The keys matching `pattern` on the Redis node on `port`.
+pub async fn keys_on(port: u16, pattern: &str) -> Vec<String> {
+    let mut conn = redis_on(port).await;
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("SCAN on 127.0.0.1:{port}: {e}"));
+        keys.extend(batch);
+        if next == 0 {
+            return keys;
+        }
+        cursor = next;
+    }
+}
+
+/// Waits until every probe task has ended, as the API shows it.
+async fn await_ended(api_url: &str, tasks: &[Submitted]) -> Result<(), String> {
+    let client =
+        verdict_scheduler::client::ApiClient::new(api_url, Some(crate::pool::TOKEN.to_owned()))
+            .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + PROBES_END;
+    let mut open: Vec<&Submitted> = tasks.iter().collect();
+    while !open.is_empty() {
+        let mut still = Vec::new();
+        for t in open {
+            let ended = client
+                .task(&t.id)
+                .await
+                .is_ok_and(|d| d.state.is_terminal());
+            if !ended {
+                still.push(t);
+            }
+        }
+        open = still;
+        if open.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{} intake probe task(s) had not ended {PROBES_END:?} after the faults",
+                open.len()
+            ));
+        }
+        tokio::time::sleep(POLL * 5).await;
+    }
+    Ok(())
 }
 
 /// A fault that was injected as `detail` says, or missed for the reason it gives.
@@ -277,26 +513,12 @@ async fn probe(api_url: &str, repository: &str, backend: &str) -> Result<Probe, 
         },
         ..ReviewSubmission::default()
     };
-    let response = reqwest::Client::new()
-        .post(format!("{api_url}/v1/reviews"))
-        .bearer_auth(TOKEN)
-        .json(&submission)
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .map_err(|e| format!("the probe submission failed: {e}"))?;
-    let status = response.status().as_u16();
-    let retry_after = response
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    let answer = submit_once(api_url, &submission).await?;
     Ok(Probe {
-        status,
-        code: body["error"]["code"].as_str().unwrap_or("").to_owned(),
-        message: body["error"]["message"].as_str().unwrap_or("").to_owned(),
-        retry_after,
+        status: answer.status,
+        code: answer.code,
+        message: answer.message,
+        retry_after: answer.retry_after,
     })
 }
 

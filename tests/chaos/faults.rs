@@ -17,6 +17,7 @@ use verdict_testkit::{Behaviour, FakeProvider, Script};
 
 use crate::pool::Pool;
 use crate::services::{PrivateRabbit, PrivateRedis};
+use crate::workload::Submitted;
 
 /// Provider requests received before each fault (a full run makes about 520).
 pub const KILL_AT: usize = 50;
@@ -117,6 +118,33 @@ pub struct Injected<S> {
     pub missed: Vec<String>,
     /// The poison message's fate, when the scenario published one.
     pub poison: Option<Poison>,
+    /// Reviews the injector itself submitted (intake probes), for the checker to follow too.
+    pub probes: Vec<Submitted>,
+    /// What the injector saw that fails the run (a refusal without `Retry-After`).
+    pub problems: Vec<String>,
+}
+
+/// The ids of the task records a scenario's Redis holds (`SCAN` on every primary), to find
+/// records no client was given.
+pub trait RecordedTasks {
+    fn recorded_tasks(&self, prefix: &str) -> impl std::future::Future<Output = Vec<String>>;
+}
+
+/// The task id in a record's key, `{prefix}doc:task:{<id>}`.
+pub fn task_of_record(key: &str) -> Option<String> {
+    let (_, rest) = key.split_once("doc:task:{")?;
+    rest.strip_suffix('}').map(str::to_owned)
+}
+
+impl RecordedTasks for Single {
+    async fn recorded_tasks(&self, prefix: &str) -> Vec<String> {
+        let port = self.redis.port();
+        crate::clustered::keys_on(port, &format!("{prefix}doc:task:*"))
+            .await
+            .iter()
+            .filter_map(|k| task_of_record(k))
+            .collect()
+    }
 }
 
 pub struct Clock {
@@ -171,17 +199,33 @@ pub async fn inject(
     let mut poison = Poison::default();
     let mut stalled = None;
 
-    // 1. kill -9 the worker with the most stages in flight, then start a replacement.
+    // 1. kill -9 the worker with the most stages in flight, then start a replacement; over
+    // once the calls it had in flight were asked again (their leases lapsed), so that no later
+    // fault stands in the way of their resuming.
     match reach(&fake, KILL_AT, &mut stalled).await {
         Err(e) => missed.push(format!("kill -9 a worker: {e}")),
         Ok(()) => {
             let (id, in_flight) = busiest_worker(&chaos.pool).await;
             let begun = clock.begin(&fake);
+            let calls = calls_in_flight(&fake);
             chaos.pool.kill_worker(&id).await;
+            let killed = Instant::now();
             let replacement = chaos.pool.start_worker().await;
+            let resumed = await_asked_again(&fake, &calls).await;
             faults.push(clock.record(
                 KILL_WORKER,
-                format!("{id} with {in_flight} stage(s) in flight; replacement {replacement}"),
+                format!(
+                    "{id} with {in_flight} stage(s) in flight; replacement {replacement}; {}",
+                    match resumed {
+                        Ok(n) => format!(
+                            "its {n} call(s) in flight asked again by {:.1} s after the kill",
+                            killed.elapsed().as_secs_f64()
+                        ),
+                        Err(n) => format!(
+                            "{n} of its calls in flight not asked again within {RESUMED_WITHIN:?}"
+                        ),
+                    }
+                ),
                 begun,
             ));
         }
@@ -269,6 +313,8 @@ pub async fn inject(
         faults,
         missed,
         poison: Some(poison),
+        probes: Vec::new(),
+        problems: Vec::new(),
     }
 }
 
@@ -281,6 +327,40 @@ pub fn calls_in_flight(fake: &FakeProvider) -> Vec<usize> {
         .filter(|r| r.at.elapsed() < CALL_MAX && !answered.contains(&r.seq))
         .map(|r| r.seq)
         .collect()
+}
+
+/// How long a killed worker's calls may take to be asked again, at most.
+const RESUMED_WITHIN: Duration = Duration::from_secs(40);
+
+/// Waits until each of the requests `calls` (in flight at a worker's kill) was answered (another
+/// worker's) or its call asked again; how many were asked again, or how many were not in time.
+async fn await_asked_again(fake: &FakeProvider, calls: &[usize]) -> Result<usize, usize> {
+    let deadline = Instant::now() + RESUMED_WITHIN;
+    loop {
+        let answered: std::collections::BTreeSet<usize> =
+            fake.answers().iter().map(|a| a.seq).collect();
+        let requests = fake.requests();
+        let abandoned: Vec<_> = requests
+            .iter()
+            .filter(|r| calls.contains(&r.seq) && !answered.contains(&r.seq))
+            .filter_map(|r| Some((r.seq, crate::checker::call_of(r)?)))
+            .collect();
+        let waiting = abandoned
+            .iter()
+            .filter(|(seq, call)| {
+                !requests
+                    .iter()
+                    .any(|r| r.seq > *seq && crate::checker::call_of(r).as_ref() == Some(call))
+            })
+            .count();
+        if waiting == 0 {
+            return Ok(abandoned.len());
+        }
+        if Instant::now() >= deadline {
+            return Err(waiting);
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 pub fn all_answered(fake: &FakeProvider, calls: &[usize]) -> bool {
