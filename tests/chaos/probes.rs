@@ -106,6 +106,14 @@ impl Seen {
             .map(|r| format!("{} {}", r.answer.status, r.answer.code))
             .collect();
         let window = match self.refused_window() {
+            Some((first, last)) if first == last => format!(
+                "intake refused once (+{:.1}s): 1 of {} submissions answered {}, Retry-After {}; {} without one",
+                first.as_secs_f64(),
+                self.submissions,
+                codes.into_iter().collect::<Vec<_>>().join(" / "),
+                waits.into_iter().collect::<Vec<_>>().join("/"),
+                self.unnamed().count()
+            ),
             Some((first, last)) => format!(
                 "intake refused for {:.1} s (+{:.1}s .. +{:.1}s): {} of {} submissions answered {}, Retry-After {}; {} without one",
                 (last - first).as_secs_f64(),

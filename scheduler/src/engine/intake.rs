@@ -446,14 +446,21 @@ impl Intake {
         // task's own deadline is on it.
         let phase = Mutex::new(Phase::Waiting);
         let read = self.through_outages(&phase, || self.records.load(id));
-        let task = tokio::select! {
+        let read = tokio::select! {
             biased;
             () = self.stop.cancelled() => return,
-            read = tokio::time::timeout(self.timeout, read) => match read {
-                Ok(Ok(task)) => task,
-                Ok(Err(e)) => return tracing::debug!(task = %id, error = %e, "no intake"),
-                Err(_) => return tracing::warn!(task = %id, "intake not started: its record could not be read; the sweeper will retry"),
-            },
+            read = tokio::time::timeout(self.timeout, read) => read,
+        };
+        let task = match read {
+            Ok(Ok(task)) => task,
+            Ok(Err(e)) => {
+                tracing::debug!(task = %id, error = %e, "no intake: the task cannot be read");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(task = %id, "intake not started: its record could not be read; the sweeper will retry");
+                return;
+            }
         };
         if task.state != TaskState::Queued {
             return;
