@@ -1700,19 +1700,25 @@ async fn assert_all_recorded(store: &RedisStore, tasks: &[String]) {
     }
 }
 
-#[tokio::test]
-async fn redis_cluster_conformance_and_a_killed_primary() {
-    let dir = tempfile::tempdir().unwrap();
-    // As docs/deploy.md asks: the other primaries serve their slots while one fails over.
-    let mut cluster = RedisCluster::start_with(
-        &dir.path().join("data"),
-        &dir.path().join("logs"),
+/// A private Redis Cluster in `dir`, and a store on it with `prefix`. As docs/deploy.md asks,
+/// the other primaries serve their slots while one fails over.
+async fn cluster_store(dir: &std::path::Path, prefix: &str) -> (RedisCluster, RedisStore) {
+    let cluster = RedisCluster::start_with(
+        &dir.join("data"),
+        &dir.join("logs"),
         &["--cluster-require-full-coverage", "no"],
     )
     .await;
     let mut config = RedisConfig::new(cluster.url());
-    config.prefix = "cluster-test:".to_owned();
+    config.prefix = prefix.to_owned();
     let store = RedisStore::connect(config).await.unwrap();
+    (cluster, store)
+}
+
+#[tokio::test]
+async fn redis_cluster_conformance_and_a_killed_primary() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cluster, store) = cluster_store(dir.path(), "cluster-test:").await;
     let ports = cluster.node_ports();
     check_everything_on(&store, async || until_xread_on(&ports).await).await;
 
@@ -1824,15 +1830,7 @@ async fn redis_cluster_conformance_and_a_killed_primary() {
 #[tokio::test]
 async fn redis_cluster_a_hung_primary_is_failed_over_under_the_same_store() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = RedisCluster::start_with(
-        &dir.path().join("data"),
-        &dir.path().join("logs"),
-        &["--cluster-require-full-coverage", "no"],
-    )
-    .await;
-    let mut config = RedisConfig::new(cluster.url());
-    config.prefix = "hung-test:".to_owned();
-    let store = RedisStore::connect(config).await.unwrap();
+    let (mut cluster, store) = cluster_store(dir.path(), "hung-test:").await;
     let (before, _) = record_until(&store, "before", |n| n >= 30).await;
     let victim = cluster
         .primary_for_key("hung-test:result:{before-0}:s")

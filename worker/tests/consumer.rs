@@ -280,17 +280,7 @@ async fn on_rabbitmqs_delay_queues_a_dead_workers_stage_resumes_as_its_lease_lap
     let buckets = AmqpConfig::new("amqp://127.0.0.1").delay_buckets;
     let broker = MemoryBroker::new().with_delay_buckets(&buckets);
     let pool = pool_on(broker, 0, 0, vec![Step::text(VALID_REVIEW)], 0);
-    let stage = request(
-        StageKind::Review,
-        RepairMode::Conversation,
-        2,
-        far_future(&pool.rig),
-    );
-    pool.rig
-        .store
-        .claim(&stage.task_id, &stage.stage_id, "worker-a", TTL)
-        .await
-        .unwrap();
+    let stage = claimed_by_worker_a(&pool).await;
     let claimed_at = tokio::time::Instant::now();
     pool.publish(&stage).await;
 
@@ -306,9 +296,9 @@ async fn on_rabbitmqs_delay_queues_a_dead_workers_stage_resumes_as_its_lease_lap
     pool.stop().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_stage_a_live_worker_finishes_is_not_run_again() {
-    let pool = pool(0, 0);
+/// A review stage that `worker-a` has claimed for [`TTL`] (and, unless the test renews it, died
+/// holding).
+async fn claimed_by_worker_a(pool: &Pool) -> verdict_proto::wire::StageRequest {
     let stage = request(
         StageKind::Review,
         RepairMode::Conversation,
@@ -320,6 +310,13 @@ async fn a_stage_a_live_worker_finishes_is_not_run_again() {
         .claim(&stage.task_id, &stage.stage_id, "worker-a", TTL)
         .await
         .unwrap();
+    stage
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stage_a_live_worker_finishes_is_not_run_again() {
+    let pool = pool(0, 0);
+    let stage = claimed_by_worker_a(&pool).await;
     pool.publish(&stage).await;
     // worker-a is alive: it finishes and records while the duplicate waits.
     let mut done = pool.next_result_of_worker_a(&stage).await;
