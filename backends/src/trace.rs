@@ -15,6 +15,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
+pub use verdict_proto::wire::trace_id;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanId, TraceId, Tracer as _};
@@ -62,15 +63,6 @@ pub fn copy(context: &BTreeMap<String, String>, headers: &mut BTreeMap<String, S
             headers.insert(key.to_owned(), value.clone());
         }
     }
-}
-
-/// The trace id a kept context names (the second field of `traceparent`), for operators to find
-/// a task's trace.
-pub fn trace_id(context: &BTreeMap<String, String>) -> Option<String> {
-    let traceparent = context.get("traceparent")?;
-    let id = traceparent.split('-').nth(1)?;
-    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) && id != "0".repeat(32))
-        .then(|| id.to_owned())
 }
 
 /// Makes the context carried by `headers` the parent of `span` (no-op without one).

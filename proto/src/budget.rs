@@ -163,6 +163,18 @@ pub fn group_thousands(n: u64) -> String {
     out
 }
 
+/// One organisation's spending in one budget period.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Account {
+    /// The organisation, lower-case.
+    pub organisation: String,
+    /// The period's name, e.g. `2026-12` or `2026-12-02`.
+    pub period: String,
+    /// When the ledger may forget the account: well after the period ends, so its spending
+    /// can still be read in reports.
+    pub keep_until_unix_ms: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,9 @@
 //! - [`redact`]: secret redaction and safe previews (E4, O4, R3).
 //! - [`publication`]: review, comment and status drafts; pull-request and issue URLs (G1–G3).
 //! - [`revision`]: the one syntax rule for a revision a person types (SHA, branch, tag, `HEAD~1`).
-//! - [`wire`]: the versioned messages between scheduler and workers.
+//! - [`wire`]: the versioned messages between scheduler and workers, and stored events.
+//! - [`files`]: a commit's files as a repository source lists them.
+//! - [`secret`]: a credential whose `Debug` and `Display` never show it (R3).
 //! - [`chat`]: the provider-neutral chat vocabulary (messages, tool calls, request, response).
 //! - [`transcript`]: what one stage attempt did, as stored for operators (O4).
 //!
@@ -36,6 +38,7 @@ pub mod diff;
 pub mod echo;
 mod envelope;
 pub mod evidence;
+pub mod files;
 pub mod gbnf;
 pub mod grounding;
 pub mod issue_analysis;
@@ -51,6 +54,7 @@ pub mod repair;
 pub mod review;
 pub mod revision;
 pub mod scan;
+pub mod secret;
 pub mod severity;
 pub mod structured;
 pub mod transcript;

@@ -210,6 +210,23 @@ pub fn markers_in(text: &str) -> (Vec<String>, Vec<String>) {
     (tasks, findings)
 }
 
+/// One repository of an organisation as the code host lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostedRepository {
+    /// `OWNER/NAME`.
+    pub full_name: String,
+    /// What git clones (`https://…/OWNER/NAME.git`).
+    pub clone_url: String,
+    pub html_url: String,
+    pub default_branch: String,
+    pub archived: bool,
+    pub fork: bool,
+    /// GitHub's size in KiB.
+    pub size_kib: u64,
+    /// `public`, `private` or `internal`.
+    pub visibility: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

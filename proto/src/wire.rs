@@ -362,6 +362,23 @@ pub fn decode<T: WireMessage>(bytes: &[u8], limit: usize) -> Result<T, WireError
     })
 }
 
+/// One stored event with its position in the task's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    /// Opaque, ordered position (a Redis stream id); pass it back to read what follows.
+    pub id: String,
+    pub event: ProgressEvent,
+}
+
+/// The trace id a kept context names (the second field of `traceparent`), for operators to find
+/// a task's trace.
+pub fn trace_id(context: &std::collections::BTreeMap<String, String>) -> Option<String> {
+    let traceparent = context.get("traceparent")?;
+    let id = traceparent.split('-').nth(1)?;
+    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) && id != "0".repeat(32))
+        .then(|| id.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
+pub use verdict_proto::publication::HostedRepository;
 
 use verdict_proto::publication::{
     DraftComment, ItemKind, ItemRef, RepoId, ReviewDraft, StatusDraft,
@@ -109,23 +110,6 @@ pub trait Publisher: Send + Sync + fmt::Debug {
 }
 
 /// Whether an issue or pull request is open.
-/// One repository of an organisation as the code host lists it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct HostedRepository {
-    /// `OWNER/NAME`.
-    pub full_name: String,
-    /// What git clones (`https://…/OWNER/NAME.git`).
-    pub clone_url: String,
-    pub html_url: String,
-    pub default_branch: String,
-    pub archived: bool,
-    pub fork: bool,
-    /// GitHub's size in KiB.
-    pub size_kib: u64,
-    /// `public`, `private` or `internal`.
-    pub visibility: String,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ItemState {
     Open,

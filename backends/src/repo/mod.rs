@@ -23,6 +23,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+pub use verdict_proto::files::RepoFile;
 
 use tokio_util::sync::CancellationToken;
 use verdict_proto::outcome::FailureKind;
@@ -91,18 +92,6 @@ pub trait RepositorySource: Send + Sync + fmt::Debug {
         commit: &'a str,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Vec<RepoFile>, RepoError>>;
-}
-
-/// One file of a commit, as [`RepositorySource::files`] lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RepoFile {
-    /// Repository-relative, `/`-separated.
-    pub path: String,
-    pub bytes: u64,
-    /// The content has a NUL byte in its first 8000 bytes.
-    pub binary: bool,
-    /// A symbolic link (its `bytes` are the target's length); tools never follow them.
-    pub symlink: bool,
 }
 
 /// How many leading bytes git looks at to call content binary.

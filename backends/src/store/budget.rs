@@ -6,22 +6,11 @@
 //! estimates and limits (`verdict_scheduler::budget`); this is only where they are counted.
 
 use serde::{Deserialize, Serialize};
+pub use verdict_proto::budget::Account;
 use verdict_proto::budget::{Amount, Limit};
 
 use super::StoreError;
 use crate::BoxFuture;
-
-/// One organisation's spending in one budget period.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Account {
-    /// The organisation, lower-case.
-    pub organisation: String,
-    /// The period's name, e.g. `2026-12` or `2026-12-02`.
-    pub period: String,
-    /// When the ledger may forget the account: well after the period ends, so its spending
-    /// can still be read in reports.
-    pub keep_until_unix_ms: u64,
-}
 
 /// What an account has spent and what its running tasks hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -6,6 +6,7 @@
 //! **Invariant:** only `store::redis` knows Redis; everything else speaks these traits.
 
 use std::time::Duration;
+pub use verdict_proto::wire::StoredEvent;
 
 use verdict_proto::wire::{ProgressEvent, StageResult};
 
@@ -131,14 +132,6 @@ pub trait ResultStore: Send + Sync + std::fmt::Debug {
         task_id: &'a str,
         stage_id: &'a str,
     ) -> BoxFuture<'a, Result<StageState, StoreError>>;
-}
-
-/// One stored event with its position in the task's stream.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredEvent {
-    /// Opaque, ordered position (a Redis stream id); pass it back to read what follows.
-    pub id: String,
-    pub event: ProgressEvent,
 }
 
 /// A task's progress stream: appended by workers and the scheduler, replayed and followed live
