@@ -48,7 +48,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use verdict_scheduler::document::TaskDocument;
+use verdict_api::document::TaskDocument;
 use verdict_testkit::scenario;
 use verdict_testkit::{Behaviour, Script};
 

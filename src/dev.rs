@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use verdict_api::document::PublicationState;
+use verdict_api::document::TaskDocument;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::clock::SystemClock;
 use verdict_backends::publish::Publisher;
@@ -15,10 +17,8 @@ use verdict_backends::ratelimit::memory::MemoryRateLimiter;
 use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::memory::MemoryStore;
 use verdict_proto::wire::EventType;
-use verdict_scheduler::document::TaskDocument;
 use verdict_scheduler::engine::Scheduler;
 use verdict_scheduler::service::{ServiceError, TaskService};
-use verdict_scheduler::task::PublicationState;
 use verdict_worker::executor::ProviderRegistry;
 
 use crate::config::Config;

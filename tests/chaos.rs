@@ -43,8 +43,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
+use verdict_client::client::ApiClient;
 use verdict_proto::wire::StageRequest;
-use verdict_scheduler::client::ApiClient;
 use verdict_testkit::FakeProvider;
 use verdict_testkit::scenario::{self, Isolation, REVIEWER, SUMMARY, TRIAGE, VALIDATOR};
 

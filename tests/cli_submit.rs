@@ -10,17 +10,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use verdict_api::document::{Coverage, TaskDocument, TaskKind, TaskState, Timings};
+use verdict_api::submission::{
+    IssueAnalysisSubmission, Readiness, ReviewSubmission, ScanSubmission, Submitted,
+};
 use verdict_backends::BoxFuture;
 use verdict_backends::secret::Secret;
 use verdict_backends::store::StoredEvent;
 use verdict_proto::transcript::Transcript;
 use verdict_proto::wire::{EventType, ProgressEvent, Usage, WIRE_VERSION};
 use verdict_scheduler::api::{self, ApiAuth};
-use verdict_scheduler::document::{Coverage, TaskDocument, TaskKind, TaskState, Timings};
-use verdict_scheduler::service::{
-    IssueAnalysisSubmission, Readiness, ReviewSubmission, ScanSubmission, ServiceError, Submitted,
-    TaskService,
-};
+use verdict_scheduler::service::{ServiceError, TaskService};
 
 const TOKEN: &str = "cli-test-token";
 const FALLBACK: &str =
@@ -152,7 +152,7 @@ impl TaskService for Finished {
 
     fn submit_scan_batch(
         &self,
-        s: verdict_scheduler::service::ScanBatchSubmission,
+        s: verdict_api::submission::ScanBatchSubmission,
     ) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
         // This double keeps no batches: it answers with the organisation it was given.
         Box::pin(async move {
@@ -165,14 +165,14 @@ impl TaskService for Finished {
     fn scan_batch<'a>(
         &'a self,
         id: &'a str,
-    ) -> BoxFuture<'a, Result<verdict_scheduler::scan_batch::ScanBatchDocument, ServiceError>> {
+    ) -> BoxFuture<'a, Result<verdict_api::batch::ScanBatchDocument, ServiceError>> {
         Box::pin(async move { Err(ServiceError::NoSuchBatch(id.to_owned())) })
     }
 
     fn resume_scan_batch<'a>(
         &'a self,
         id: &'a str,
-    ) -> BoxFuture<'a, Result<verdict_scheduler::scan_batch::ScanBatchDocument, ServiceError>> {
+    ) -> BoxFuture<'a, Result<verdict_api::batch::ScanBatchDocument, ServiceError>> {
         Box::pin(async move { Err(ServiceError::NoSuchBatch(id.to_owned())) })
     }
 

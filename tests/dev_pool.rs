@@ -10,16 +10,15 @@ use std::time::Duration;
 use verdict::config::Config;
 use verdict::dev::DevPool;
 use verdict::runtime;
+use verdict_api::document::RepositoryView;
+use verdict_api::document::{TaskDocument, TaskState};
+use verdict_api::submission::{ReviewSubmission, ScanSubmission, SubmissionOptions};
 use verdict_backends::broker::{Broker, Message, Route};
 use verdict_backends::repo::{GitRepositorySource, GitSourceConfig};
 use verdict_backends::store::DocumentStore;
 use verdict_proto::outcome::FailureKind;
 use verdict_proto::wire::{EventType, Priority};
-use verdict_scheduler::document::RepositoryView;
-use verdict_scheduler::document::{TaskDocument, TaskState};
-use verdict_scheduler::service::{
-    ReviewSubmission, ScanSubmission, ServiceError, SubmissionOptions, TaskService,
-};
+use verdict_scheduler::service::{ServiceError, TaskService};
 use verdict_testkit::scenario::{self, Isolation};
 use verdict_testkit::{Behaviour, FakeProvider, Script};
 
@@ -212,11 +211,9 @@ async fn a_stages_transcripts_are_read_back_through_the_api() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    let client = verdict_scheduler::client::ApiClient::new(
-        &format!("http://{addr}"),
-        Some(TOKEN.to_owned()),
-    )
-    .unwrap();
+    let client =
+        verdict_client::client::ApiClient::new(&format!("http://{addr}"), Some(TOKEN.to_owned()))
+            .unwrap();
 
     let triage = client.transcripts(&doc.id, Some("triage")).await.unwrap();
     assert_eq!(triage.task_id, doc.id);

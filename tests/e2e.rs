@@ -9,15 +9,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use verdict_api::document::{TaskDocument, TaskState};
+use verdict_api::submission::{ReviewSubmission, SubmissionOptions};
 use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
 use verdict_backends::broker::{Broker, Message, Route};
 use verdict_backends::store::DocumentStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
+use verdict_client::client::ApiClient;
 use verdict_proto::outcome::FailureKind;
 use verdict_proto::wire::{EventType, Priority, StageRequest};
-use verdict_scheduler::client::ApiClient;
-use verdict_scheduler::document::{TaskDocument, TaskState};
-use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions};
 use verdict_testkit::scenario::{self, Isolation};
 use verdict_testkit::{Behaviour, FakeProvider, Script};
 
@@ -191,7 +191,7 @@ async fn finish(pool: &Pool, id: &str) -> TaskDocument {
     let mut stream = pool.client.events(id, None);
     let follow = async {
         while let Some(item) = stream.next().await.unwrap() {
-            if matches!(item, verdict_scheduler::client::StreamItem::End(_)) {
+            if matches!(item, verdict_client::client::StreamItem::End(_)) {
                 break;
             }
         }
@@ -436,7 +436,7 @@ async fn a_poison_message_is_dead_lettered_and_ends_its_task_while_the_pool_carr
         fake.script(scenario::DEFAULT, Script::always(Behaviour::hang()));
     })
     .await;
-    let scan = verdict_scheduler::service::ScanSubmission {
+    let scan = verdict_api::submission::ScanSubmission {
         repository: pool.repo.clone(),
         revision: "main".to_owned(),
         options: SubmissionOptions::default(),

@@ -21,11 +21,10 @@ use serde_json::{Value, json};
 use verdict::config::Config;
 use verdict::dev::DevPool;
 use verdict::runtime;
+use verdict_api::document::{TaskDocument, TaskState};
+use verdict_api::submission::{ReviewSubmission, ScanSubmission, SubmissionOptions};
 use verdict_backends::repo::{GitRepositorySource, GitSourceConfig};
-use verdict_scheduler::document::{TaskDocument, TaskState};
-use verdict_scheduler::service::{
-    ReviewSubmission, ScanSubmission, SubmissionOptions, TaskService,
-};
+use verdict_scheduler::service::TaskService;
 use verdict_testkit::scenario::{self, Isolation};
 use verdict_testkit::{Behaviour, FakeProvider, Script};
 

@@ -15,6 +15,8 @@ use serde_json::Value;
 use verdict::config::Config;
 use verdict::dev::DevPool;
 use verdict::runtime;
+use verdict_api::document::PublicationState;
+use verdict_api::document::{TaskDocument, TaskState};
 use verdict_backends::publish::Publisher;
 use verdict_backends::repo::GitCredentials;
 use verdict_backends::secret::Secret;
@@ -22,9 +24,7 @@ use verdict_backends::store::DocumentStore;
 use verdict_proto::publication::marker;
 use verdict_scheduler::api::webhooks::GitHubWebhooks;
 use verdict_scheduler::api::{self, ApiAuth};
-use verdict_scheduler::document::{TaskDocument, TaskState};
 use verdict_scheduler::service::TaskService;
-use verdict_scheduler::task::PublicationState;
 use verdict_testkit::github::{
     FakeGitHub, FakeIssue, FakePullRequest, FakeReview, TEST_APP_PRIVATE_KEY, webhook,
 };

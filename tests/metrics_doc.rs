@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use promql_parser::parser::{self, Expr};
 use promql_parser::util::{ExprVisitor, walk_expr};
+use verdict_api::document::TaskState;
+use verdict_api::submission::{ReviewSubmission, SubmissionOptions};
 use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
-use verdict_scheduler::client::{ApiClient, StreamItem};
-use verdict_scheduler::document::TaskState;
-use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions};
+use verdict_client::client::{ApiClient, StreamItem};
 use verdict_testkit::FakeProvider;
 use verdict_testkit::scenario::{self, Isolation};
 

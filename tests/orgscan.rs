@@ -21,10 +21,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use verdict_api::document::TaskState;
 use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
-use verdict_scheduler::client::ApiClient;
-use verdict_scheduler::document::TaskState;
+use verdict_client::client::ApiClient;
 use verdict_testkit::github::{FakeGitHub, FakeRepoTraits};
 use verdict_testkit::scenario::{self, Isolation};
 use verdict_testkit::{Behaviour, FakeProvider, Script};
@@ -465,7 +465,7 @@ async fn a_scheduler_killed_while_listing_the_organisation_is_relieved_by_the_re
     const LISTING: &str = "/orgs/acme/repos";
     let mut rig = rig_with(Duration::ZERO, 6, |gh| gh.hang("GET", LISTING)).await;
     let client = rig.client();
-    let submission = verdict_scheduler::service::ScanBatchSubmission {
+    let submission = verdict_api::submission::ScanBatchSubmission {
         organisation: Some(ORG.to_owned()),
         ..Default::default()
     };
@@ -517,7 +517,7 @@ async fn a_scheduler_killed_while_listing_the_organisation_is_relieved_by_the_re
         let mut events = client.events(task, None);
         tokio::time::timeout(Duration::from_secs(120), async {
             while let Some(item) = events.next().await.unwrap() {
-                if matches!(item, verdict_scheduler::client::StreamItem::End(_)) {
+                if matches!(item, verdict_client::client::StreamItem::End(_)) {
                     break;
                 }
             }

@@ -24,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 use verdict::config::Config;
 use verdict::dev::DevPool;
 use verdict::runtime::{self, Assembly, Backends};
+use verdict_api::document::TaskState;
+use verdict_api::submission::ReviewSubmission;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::broker::{Broker, Message, Route};
 use verdict_backends::clock::{Clock, SystemClock};
@@ -36,8 +38,7 @@ use verdict_proto::wire::{
     WIRE_VERSION,
 };
 use verdict_proto::{Language, ValidateOptions};
-use verdict_scheduler::document::TaskState;
-use verdict_scheduler::service::{ReviewSubmission, TaskService};
+use verdict_scheduler::service::TaskService;
 use verdict_testkit::scenario::{self, Isolation};
 use verdict_testkit::{Behaviour, FakeProvider, Script};
 

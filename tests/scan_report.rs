@@ -15,11 +15,12 @@ use serde_json::Value;
 use verdict::config::Config;
 use verdict::dev::DevPool;
 use verdict::runtime;
+use verdict_api::document::{SkipReason, TaskState};
+use verdict_api::submission::{ScanSubmission, SubmissionOptions};
 use verdict_backends::repo::{GitRepositorySource, GitSourceConfig};
 use verdict_backends::secret::Secret;
 use verdict_scheduler::api::{self, ApiAuth};
-use verdict_scheduler::document::{SkipReason, TaskState};
-use verdict_scheduler::service::{ScanSubmission, SubmissionOptions, TaskService};
+use verdict_scheduler::service::TaskService;
 use verdict_testkit::scenario::{self, Isolation};
 use verdict_testkit::{Behaviour, FakeProvider, Script};
 

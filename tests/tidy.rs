@@ -496,6 +496,30 @@ fn dependencies_point_one_way() {
             "proto depends on {proto_verdict:?}: it must depend on no verdict crate"
         ));
     }
+    // The contract is data shared by the server and its clients: proto and serde, nothing else.
+    let api_verdict = verdict(&normal("api"));
+    if api_verdict.iter().any(|d| d != "verdict-proto") {
+        problems.push(format!(
+            "api depends on {api_verdict:?}: the API contract may depend on verdict-proto only"
+        ));
+    }
+    problems.extend(forbid(
+        "api",
+        &normal("api"),
+        &["tokio", "reqwest", "axum", "lapin", "redis"],
+        "the API contract is data: no I/O, no HTTP stack, no async runtime",
+    ));
+    problems.extend(forbid(
+        "client",
+        &all("client"),
+        &[
+            "verdict-scheduler",
+            "verdict-backends",
+            "verdict-worker",
+            "axum",
+        ],
+        "the CLI's side of the API builds on the contract (verdict-api), never on the server",
+    ));
     let backends_verdict = verdict(&normal("backends"));
     if backends_verdict.iter().any(|d| d != "verdict-proto") {
         problems.push(format!(
@@ -514,7 +538,15 @@ fn dependencies_point_one_way() {
         &["verdict-worker"],
         "the worker and the scheduler never depend on each other; move what both need to backends or proto",
     ));
-    for dir in ["proto", "worker", "scheduler", "testkit", "."] {
+    for dir in [
+        "proto",
+        "api",
+        "client",
+        "worker",
+        "scheduler",
+        "testkit",
+        ".",
+    ] {
         problems.extend(forbid(
             dir,
             &normal(dir),

@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use verdict_api::document::TaskDocument;
+use verdict_api::submission::{ReviewSubmission, SubmissionOptions};
 use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
 use verdict_backends::broker::{Broker, Route};
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
+use verdict_client::client::ApiClient;
 use verdict_proto::wire::Priority;
-use verdict_scheduler::client::ApiClient;
-use verdict_scheduler::document::TaskDocument;
-use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions};
 use verdict_testkit::FakeProvider;
 use verdict_testkit::scenario::{self, Isolation};
 

@@ -6,8 +6,8 @@ use verdict_backends::store::InputStore;
 use verdict_proto::diff;
 use verdict_proto::wire::{InputContent, InputRef, input_name};
 
-use crate::document::{Coverage, NotReviewed};
 use crate::task::DiffFile;
+use verdict_api::document::{Coverage, NotReviewed};
 
 /// The review inputs derived from one diff.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,8 @@
 //! streams and the HTTP API.
 //!
 //! # Layout (in the order a task flows through it)
-//! - [`service`]: the `TaskService` trait the API and CLI talk to, and the submissions.
+//! - [`service`]: the `TaskService` trait the API and CLI talk to (the submissions and
+//!   documents it takes and answers are the API contract, `verdict-api`).
 //! - [`engine`]: the `Scheduler` implementing it, assembled from one part per job: submission,
 //!   task records, intake, transitions, progress, the outbox, the results loop and the sweeper,
 //!   all on the broker and store traits.
@@ -17,28 +18,20 @@
 //! - [`pipeline`]: S1–S7 as a pure state machine over the record.
 //! - [`result`]: result models and the multi-stage result policy.
 //! - [`merge`]: duplicate findings merged, so a result never lists one twice.
-//! - [`document`]: the task document the API returns.
 //! - [`publication`]: what a finished task says on GitHub — the review (event, inline comments
 //!   inside the diff safety zone, the body), the issue comment and labels, the commit status.
-//! - [`report`]: the organisation report of a batch of scans, as JSON and as an HTML page.
 //! - [`metrics`]: every scheduler metric.
 //! - [`api`]: the HTTP API over a `TaskService` (axum router).
 //! - [`webhook`]: GitHub webhook deliveries verified and read into submissions.
-//! - [`client`]: the API's client, for the CLI (`verdict submit`, `verdict tail`).
-//! - [`milestone`]: progress events as one readable line each.
 
 pub mod api;
 pub mod budget;
-pub mod client;
 pub mod diff_pieces;
-pub mod document;
 pub mod engine;
 pub mod merge;
 pub mod metrics;
-pub mod milestone;
 pub mod pipeline;
 pub mod publication;
-pub mod report;
 pub mod result;
 pub mod scan_batch;
 pub mod scan_merge;

@@ -19,10 +19,10 @@ use verdict_proto::wire::{
 };
 use verdict_proto::{Language, ValidateOptions};
 
-use crate::document::TaskState;
 use crate::merge;
 use crate::result::{self, Candidate, ReviewResult, ReviewerAnswer};
 use crate::task::{PipelineKind, StageRecord, StageStatus, TaskRecord};
+use verdict_api::document::TaskState;
 
 /// How one stage kind runs, copied into the task at submission (a configuration snapshot: a
 /// config change never alters a running task).
@@ -675,15 +675,15 @@ fn after_scan_shard(task: &mut TaskRecord, now: u64, fx: &mut Effects) {
         for path in &shard.files {
             task.coverage
                 .files_not_reviewed
-                .push(crate::document::NotReviewed::skipped(
+                .push(verdict_api::document::NotReviewed::skipped(
                     path,
-                    crate::document::SkipReason::ShardFailed,
+                    verdict_api::document::SkipReason::ShardFailed,
                     reason.clone(),
                 ));
         }
         task.coverage
             .shards_failed
-            .push(crate::document::FailedShard {
+            .push(verdict_api::document::FailedShard {
                 stage: id.clone(),
                 files: shard.files.len(),
                 reason: error.clone(),
@@ -773,7 +773,7 @@ fn finish(
     }
     // In the same write as the end, so a crash after it cannot lose the publication.
     if task.github.as_ref().is_some_and(|g| g.publish) && task.publication.is_none() {
-        task.publication = Some(crate::task::PublicationRecord::pending());
+        task.publication = Some(verdict_api::document::PublicationRecord::pending());
     }
     match state {
         TaskState::Incomplete => fx.event(
@@ -1016,7 +1016,7 @@ fn note_evidence_cut(task: &mut TaskRecord, stage: &str, cut: &EvidenceCut) {
                 {
                     task.coverage
                         .files_not_reviewed
-                        .push(crate::document::NotReviewed {
+                        .push(verdict_api::document::NotReviewed {
                             path: path.clone(),
                             reason: reason.clone(),
                             kind: None,

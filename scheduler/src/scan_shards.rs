@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use verdict_backends::repo::RepoFile;
 
 use crate::diff_pieces::IgnoredPaths;
-use crate::document::{Coverage, NotReviewed, SkipReason};
+use verdict_api::document::{Coverage, NotReviewed, SkipReason};
 
 /// Bytes per estimated token: the usual rule of thumb for source code and English text.
 pub const BYTES_PER_TOKEN: u64 = 4;

@@ -3,6 +3,7 @@
 //! double-advance a task).
 
 use std::collections::BTreeMap;
+use verdict_api::document::PublicationRecord;
 
 use serde::{Deserialize, Serialize};
 use verdict_proto::Language;
@@ -12,10 +13,10 @@ use verdict_proto::wire::{
     InputRef, Priority, ProgressEvent, RepositoryRef, StageKind, StageRequest, Usage,
 };
 
-use crate::document::{
+use verdict_api::document::{
     Coverage, RepositoryView, StageView, TaskDocument, TaskKind, TaskState, Timings,
 };
-use crate::service::IssueInput;
+use verdict_api::submission::IssueInput;
 
 /// Which pipeline a task runs (SPEC S1–S4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -183,7 +184,7 @@ pub struct TaskRecord {
     pub triage_fallback: bool,
     /// The GitHub pull request or issue the task is about, and whether to publish to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub github: Option<crate::service::GitHubSource>,
+    pub github: Option<verdict_api::submission::GitHubSource>,
     /// The task span's W3C trace context (`traceparent`, `tracestate`), kept so every later span
     /// of the task — intake, stages in workers, publication — joins one trace (SPEC O2). Empty
     /// when tracing export is off.
@@ -201,69 +202,6 @@ pub struct TaskRecord {
     /// otherwise its pull request's or issue's owner, else its repository URL's owner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub organisation: Option<String>,
-}
-
-/// Where publishing a task's outcome stands (SPEC G1–G3).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PublicationRecord {
-    pub state: PublicationState,
-    /// Attempts started so far.
-    #[serde(default)]
-    pub attempts: u32,
-    /// Not before this: a retry's backoff, or the host's rate-limit wait.
-    #[serde(default)]
-    pub not_before_unix_ms: u64,
-    /// A replica is publishing it until this time; others leave it alone until then.
-    #[serde(default)]
-    pub claimed_until_unix_ms: u64,
-    /// The web address of what was posted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// In words: what was posted, why nothing was, or why it failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
-
-impl PublicationRecord {
-    pub fn pending() -> PublicationRecord {
-        PublicationRecord {
-            state: PublicationState::Pending,
-            attempts: 0,
-            not_before_unix_ms: 0,
-            claimed_until_unix_ms: 0,
-            url: None,
-            detail: None,
-        }
-    }
-}
-
-/// The states of [`PublicationRecord`]; every one but `pending` is final.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PublicationState {
-    /// To be published (again, after a retryable failure).
-    Pending,
-    /// Posted (or found already posted).
-    Published,
-    /// Nothing to post for this outcome (G3: incomplete, aborted; skipped; a degraded review
-    /// without `degraded_comment`); the commit status still shows it.
-    Nothing,
-    /// The pull request has a newer head: the result is stale and was not posted (X1).
-    Stale,
-    /// Could not be posted; `detail` says why.
-    Failed,
-}
-
-impl PublicationState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PublicationState::Pending => "pending",
-            PublicationState::Published => "published",
-            PublicationState::Nothing => "nothing",
-            PublicationState::Stale => "stale",
-            PublicationState::Failed => "failed",
-        }
-    }
 }
 
 impl TaskRecord {

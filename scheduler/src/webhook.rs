@@ -21,7 +21,7 @@ use serde::Deserialize;
 use sha2::Sha256;
 use verdict_proto::publication::{ItemRef, RepoId};
 
-use crate::service::{
+use verdict_api::submission::{
     GitHubSource, IssueAnalysisSubmission, IssueInput, ReviewSubmission, SubmissionOptions,
 };
 

@@ -13,17 +13,18 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use reqwest::header::{ALLOW, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE};
 use serde_json::{Value, json};
+use verdict_api::document::{Coverage, TaskDocument, TaskKind, TaskState, Timings};
+use verdict_api::submission::{
+    IssueAnalysisSubmission, IssueInput, Readiness, ReviewSubmission, ScanSubmission,
+    SubmissionOptions, Submitted,
+};
 use verdict_backends::BoxFuture;
 use verdict_backends::secret::Secret;
 use verdict_backends::store::StoredEvent;
+use verdict_client::client::{ApiClient, ClientError, ReconnectPolicy, StreamItem};
 use verdict_proto::wire::{EventType, ProgressEvent, Usage, WIRE_VERSION};
 use verdict_scheduler::api::{self, ApiAuth, MAX_BODY_BYTES, StreamEnd};
-use verdict_scheduler::client::{ApiClient, ClientError, ReconnectPolicy, StreamItem};
-use verdict_scheduler::document::{Coverage, TaskDocument, TaskKind, TaskState, Timings};
-use verdict_scheduler::service::{
-    IssueAnalysisSubmission, IssueInput, Readiness, ReviewSubmission, ScanSubmission, ServiceError,
-    SubmissionOptions, Submitted, TaskService,
-};
+use verdict_scheduler::service::{ServiceError, TaskService};
 
 const TOKEN: &str = "test-token-1";
 
@@ -197,7 +198,7 @@ impl TaskService for Fake {
 
     fn submit_scan_batch(
         &self,
-        s: verdict_scheduler::service::ScanBatchSubmission,
+        s: verdict_api::submission::ScanBatchSubmission,
     ) -> BoxFuture<'_, Result<Submitted, ServiceError>> {
         // This double keeps no batches: it answers with the organisation it was given.
         Box::pin(async move {
@@ -210,14 +211,14 @@ impl TaskService for Fake {
     fn scan_batch<'a>(
         &'a self,
         id: &'a str,
-    ) -> BoxFuture<'a, Result<verdict_scheduler::scan_batch::ScanBatchDocument, ServiceError>> {
+    ) -> BoxFuture<'a, Result<verdict_api::batch::ScanBatchDocument, ServiceError>> {
         Box::pin(async move { Err(ServiceError::NoSuchBatch(id.to_owned())) })
     }
 
     fn resume_scan_batch<'a>(
         &'a self,
         id: &'a str,
-    ) -> BoxFuture<'a, Result<verdict_scheduler::scan_batch::ScanBatchDocument, ServiceError>> {
+    ) -> BoxFuture<'a, Result<verdict_api::batch::ScanBatchDocument, ServiceError>> {
         Box::pin(async move { Err(ServiceError::NoSuchBatch(id.to_owned())) })
     }
 

@@ -10,9 +10,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use support::HeldRepositories;
+use verdict_api::document::TaskState;
+use verdict_api::submission::ReviewSubmission;
 use verdict_backends::repo::MemoryRepositorySource;
-use verdict_scheduler::document::TaskState;
-use verdict_scheduler::service::{ReviewSubmission, ServiceError, TaskService};
+use verdict_scheduler::service::{ServiceError, TaskService};
 
 const URL: &str = "https://git.example.com/shop.git";
 

@@ -25,10 +25,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::Value;
+use verdict_api::document::{Coverage, TaskState};
 use verdict_proto::Language;
 use verdict_proto::diff;
 use verdict_scheduler::diff_pieces::split_by_file;
-use verdict_scheduler::document::{Coverage, TaskState};
 use verdict_scheduler::publication::{
     ChangedFile, PublishSettings, ReviewInput, ReviewPublication, move_to_body, plan_review,
 };

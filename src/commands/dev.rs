@@ -11,11 +11,12 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use verdict::dev::DevPool;
 use verdict::runtime::{self, Role};
+use verdict_api::submission::{ReviewSubmission, SubmissionOptions};
 use verdict_backends::publish::Publisher;
 use verdict_backends::repo::GitCredentials;
+use verdict_client::milestone;
 use verdict_scheduler::api::{self, ApiAuth};
-use verdict_scheduler::milestone;
-use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions, TaskService};
+use verdict_scheduler::service::TaskService;
 
 use crate::commands::ChangeArgs;
 use crate::process;

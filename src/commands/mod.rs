@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use verdict_scheduler::client::ApiClient;
-use verdict_scheduler::document::TaskState;
+use verdict_api::document::TaskState;
+use verdict_client::client::ApiClient;
 
 /// Exit code for usage errors (unknown protocol, unreadable input), as clap uses for bad flags.
 pub fn exit_usage() -> ExitCode {
@@ -107,8 +107,8 @@ impl ChangeArgs {
     pub fn into_submission(
         self,
         repo: impl FnOnce(String) -> String,
-    ) -> verdict_scheduler::service::ReviewSubmission {
-        verdict_scheduler::service::ReviewSubmission {
+    ) -> verdict_api::submission::ReviewSubmission {
+        verdict_api::submission::ReviewSubmission {
             repository: self.repo.map(repo).unwrap_or_default(),
             base: self.base.unwrap_or_default(),
             head: self.head.unwrap_or_default(),

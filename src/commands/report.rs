@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use verdict_scheduler::client::ApiClient;
-use verdict_scheduler::report::{self, Member};
+use verdict_client::client::ApiClient;
+use verdict_client::report::{self, Member};
 
 use super::ServerArgs;
 

@@ -15,11 +15,11 @@ use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Deserialize;
 use serde_json::json;
-use verdict_scheduler::client::ApiClient;
-use verdict_scheduler::scan_batch::{BatchState, MemberState, ScanBatchDocument};
-use verdict_scheduler::service::{
+use verdict_api::batch::{BatchState, MemberState, ScanBatchDocument};
+use verdict_api::submission::{
     ManifestEntry, ScanBatchSubmission, ScanSubmission, SubmissionOptions,
 };
+use verdict_client::client::ApiClient;
 
 use super::ServerArgs;
 use super::tail::{self, Sink};
@@ -254,7 +254,7 @@ struct Output {
     /// What was last shown of each member (JSON: only changes are printed).
     members: BTreeMap<String, MemberState>,
     enumerated: bool,
-    last_counts: Option<verdict_scheduler::scan_batch::Counts>,
+    last_counts: Option<verdict_api::batch::Counts>,
 }
 
 impl Output {

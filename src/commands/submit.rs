@@ -5,14 +5,14 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use verdict_proto::wire::Priority;
-use verdict_scheduler::client::ApiClient;
-use verdict_scheduler::document::TaskDocument;
-use verdict_scheduler::milestone;
-use verdict_scheduler::service::{
+use verdict_api::document::PublicationState;
+use verdict_api::document::TaskDocument;
+use verdict_api::submission::{
     IssueAnalysisSubmission, IssueInput, ReviewSubmission, ScanSubmission, SubmissionOptions,
 };
-use verdict_scheduler::task::PublicationState;
+use verdict_client::client::ApiClient;
+use verdict_client::milestone;
+use verdict_proto::wire::Priority;
 
 use super::tail::{self, Sink};
 use super::{ChangeArgs, ServerArgs};

@@ -4,9 +4,9 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use verdict_client::client::{ApiClient, StreamItem};
+use verdict_client::milestone::{self, Milestone};
 use verdict_scheduler::api::StreamEnd;
-use verdict_scheduler::client::{ApiClient, StreamItem};
-use verdict_scheduler::milestone::{self, Milestone};
 
 use super::ServerArgs;
 

@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use verdict_api::document::{TaskDocument, TaskState};
 use verdict_proto::wire::EventType;
-use verdict_scheduler::document::{TaskDocument, TaskState};
 use verdict_testkit::scenario::{REVIEWER, SUMMARY, TRIAGE, VALIDATOR};
 use verdict_testkit::{Answer, RecordedRequest};
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions};
+use verdict_api::submission::{ReviewSubmission, SubmissionOptions};
 use verdict_testkit::FakeProvider;
 
 use crate::faults::{
@@ -418,7 +418,7 @@ pub async fn keys_on(port: u16, pattern: &str) -> Vec<String> {
 /// Waits until every probe task has ended, as the API shows it.
 async fn await_ended(api_url: &str, tasks: &[Submitted]) -> Result<(), String> {
     let client =
-        verdict_scheduler::client::ApiClient::new(api_url, Some(crate::pool::TOKEN.to_owned()))
+        verdict_client::client::ApiClient::new(api_url, Some(crate::pool::TOKEN.to_owned()))
             .map_err(|e| e.to_string())?;
     let deadline = Instant::now() + PROBES_END;
     let mut open: Vec<&Submitted> = tasks.iter().collect();

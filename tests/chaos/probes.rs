@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions};
+use verdict_api::submission::{ReviewSubmission, SubmissionOptions};
 
 use crate::pool::TOKEN;
 use crate::workload::{Submitted, title};

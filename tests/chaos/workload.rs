@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use verdict_scheduler::client::ApiClient;
-use verdict_scheduler::document::TaskState;
-use verdict_scheduler::service::{ReviewSubmission, SubmissionOptions};
+use verdict_api::document::TaskState;
+use verdict_api::submission::{ReviewSubmission, SubmissionOptions};
+use verdict_client::client::ApiClient;
 use verdict_testkit::FakeProvider;
 
 /// Between two looks at the unfinished tasks.

@@ -6,7 +6,7 @@ use axum::Json;
 use axum::http::header::{ALLOW, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+pub use verdict_api::http::{ErrorBody, ErrorDetail};
 
 use crate::service::ServiceError;
 
@@ -14,19 +14,6 @@ use crate::service::ServiceError;
 /// takes with the `cluster-node-timeout` docs/deploy.md asks for, so a client that waits it out
 /// comes back about when the store does (decision 201).
 pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 5;
-
-/// The body of every error response.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-/// What went wrong: a stable code for programs, a message for people.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorDetail {
-    pub code: String,
-    pub message: String,
-}
 
 /// An error response in the making.
 #[derive(Debug, Clone, PartialEq, Eq)]

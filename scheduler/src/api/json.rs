@@ -8,11 +8,9 @@ use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use serde::de::DeserializeOwned;
 
-use super::error::ApiError;
+pub use verdict_api::http::MAX_BODY_BYTES;
 
-/// The largest request body accepted. Submissions carry titles, bodies and options, not diffs
-/// (those are fetched from the repository), so 1 MiB is generous.
-pub const MAX_BODY_BYTES: usize = 1 << 20;
+use super::error::ApiError;
 
 /// A JSON request body of type `T`.
 #[derive(Debug, Clone)]
@@ -92,7 +90,7 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::{ReviewSubmission, ScanSubmission};
+    use verdict_api::submission::{ReviewSubmission, ScanSubmission};
 
     #[test]
     fn an_unknown_nested_field_is_named_with_its_path() {

@@ -7,9 +7,9 @@
 //! | --- | --- |
 //! | `POST /v1/reviews`, `/v1/issue-analyses`, `/v1/scans` | `202`, `Location`, `{"id"}` |
 //! | `POST /v1/scans` with `organisation` or `manifest` | `202`, `Location: /v1/scans/{id}`, `{"id"}` (a batch) |
-//! | `GET /v1/scans/{id}` | the [`ScanBatchDocument`](crate::scan_batch::ScanBatchDocument) |
+//! | `GET /v1/scans/{id}` | the [`ScanBatchDocument`](verdict_api::batch::ScanBatchDocument) |
 //! | `POST /v1/scans/{id}/resume` | `202` and the batch, driven on now |
-//! | `GET /v1/tasks/{id}` | the [`TaskDocument`](crate::document::TaskDocument) |
+//! | `GET /v1/tasks/{id}` | the [`TaskDocument`](verdict_api::document::TaskDocument) |
 //! | `GET /v1/tasks/{id}/events` | Server-Sent Events ([`sse`]) |
 //! | `GET /v1/tasks/{id}/transcripts`, `/v1/tasks/{id}/transcripts/{stage}` | `{"task_id", "transcripts"}`: every attempt's transcript (of one stage), redacted |
 //! | `POST /v1/tasks/{id}/cancel` | `202` and the document; `409` once terminal |

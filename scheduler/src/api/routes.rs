@@ -14,10 +14,11 @@ use serde::Serialize;
 use super::ApiState;
 use super::error::{ApiError, ErrorDetail};
 use super::json::ApiJson;
-use crate::document::TranscriptsDocument;
-use crate::service::{
-    IssueAnalysisSubmission, ReviewSubmission, ScanBatchSubmission, ScanSubmission, ServiceError,
-    Submitted,
+use crate::service::ServiceError;
+use verdict_api::document::TranscriptsDocument;
+pub use verdict_api::http::{batch_location, path_segment, task_location};
+use verdict_api::submission::{
+    IssueAnalysisSubmission, ReviewSubmission, ScanBatchSubmission, ScanSubmission, Submitted,
 };
 
 pub(crate) async fn submit_review(
@@ -78,18 +79,6 @@ pub(crate) async fn resume_scan_batch(
     Ok((StatusCode::ACCEPTED, Json(doc)).into_response())
 }
 
-/// `id` percent-encoded as one path segment.
-fn segment(id: &str) -> String {
-    task_location(id)
-        .trim_start_matches("/v1/tasks/")
-        .to_owned()
-}
-
-/// The path of a scan batch, its id percent-encoded as one path segment.
-pub fn batch_location(id: &str) -> String {
-    format!("/v1/scans/{}", segment(id))
-}
-
 /// `202 Accepted`, `Location: /v1/tasks/{id}` and `{"id": ...}`.
 fn accepted(result: Result<Submitted, ServiceError>) -> Result<Response, ApiError> {
     let submitted = result?;
@@ -102,24 +91,6 @@ fn accepted(result: Result<Submitted, ServiceError>) -> Result<Response, ApiErro
     let mut response = (StatusCode::ACCEPTED, Json(submitted)).into_response();
     response.headers_mut().insert(LOCATION, location);
     Ok(response)
-}
-
-/// The path of a task, its id percent-encoded as one path segment.
-pub fn task_location(id: &str) -> String {
-    format!("/v1/tasks/{}", path_segment(id))
-}
-
-/// `text` percent-encoded as one path segment (unreserved characters kept).
-pub fn path_segment(text: &str) -> String {
-    let mut out = String::new();
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The `{id}` of a task route, or a JSON 400 naming the problem.

@@ -18,20 +18,16 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+pub use verdict_api::http::{END_EVENT, ERROR_EVENT, StreamEnd};
 use verdict_backends::store::StoredEvent;
 use verdict_proto::wire::EventType;
 
 use super::ApiState;
 use super::error::ApiError;
 use super::routes::task_id;
-use crate::document::{TaskDocument, TaskState};
 use crate::service::{ServiceError, TaskService};
-
-/// The SSE event name of the closing message.
-pub const END_EVENT: &str = "end";
-/// The SSE event name of a backend failure; the stream closes after it.
-pub const ERROR_EVENT: &str = "error";
+use verdict_api::document::TaskDocument;
 
 /// How long one read waits for new events before the stream re-checks the task's state.
 const FOLLOW_WAIT: Duration = Duration::from_secs(15);
@@ -40,14 +36,6 @@ const FOLLOW_WAIT: Duration = Duration::from_secs(15);
 const CLOSING_WAIT: Duration = Duration::from_secs(1);
 /// Idle time after which a keep-alive comment is sent, so proxies and clients see a live stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
-
-/// The data of the `end` event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StreamEnd {
-    pub state: TaskState,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct EventsQuery {

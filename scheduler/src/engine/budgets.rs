@@ -178,11 +178,11 @@ mod tests {
 
     use super::*;
     use crate::budget::Period;
-    use crate::document::TaskState;
     use crate::engine::fixture::Fixture;
     use crate::engine::submission::TaskDefaults;
     use crate::pipeline;
-    use crate::service::{ScanSubmission, SubmissionOptions};
+    use verdict_api::document::TaskState;
+    use verdict_api::submission::{ScanSubmission, SubmissionOptions};
 
     const ACME: &str = "https://example.test/acme/shop.git";
     const COMMIT: &str = "5ca1ab1e00000000000000000000000000000002";

@@ -228,9 +228,9 @@ mod tests {
     use verdict_proto::wire::{EventType, StageKind, Usage, WIRE_VERSION};
 
     use super::*;
-    use crate::document::TaskState;
     use crate::engine::fixture::Fixture;
     use crate::task::StageStatus;
+    use verdict_api::document::TaskState;
 
     const LIMIT: usize = 1 << 20;
 

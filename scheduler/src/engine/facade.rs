@@ -23,15 +23,17 @@ use super::records::TaskRecords;
 use super::submission::{self, TaskDefaults};
 use super::transition::Transitions;
 use super::{Parts, Scheduler, SchedulerDeps, SchedulerSettings, unavailable};
-use crate::document::{TaskDocument, TaskState};
 use crate::metrics;
 use crate::pipeline;
-use crate::scan_batch::{BatchRecord, ScanBatchDocument};
-use crate::service::{
-    IssueAnalysisSubmission, Readiness, ReviewSubmission, ScanBatchSubmission, ScanSubmission,
-    ServiceError, Submitted, TaskService,
-};
+use crate::scan_batch::BatchRecord;
+use crate::service::{ServiceError, TaskService};
 use crate::task::TaskRecord;
+use verdict_api::batch::ScanBatchDocument;
+use verdict_api::document::{TaskDocument, TaskState};
+use verdict_api::submission::{
+    IssueAnalysisSubmission, Readiness, ReviewSubmission, ScanBatchSubmission, ScanSubmission,
+    Submitted,
+};
 
 /// What the service calls use.
 #[derive(Debug)]
@@ -402,9 +404,9 @@ mod tests {
     use verdict_proto::wire::EventType;
 
     use super::*;
-    use crate::document::TaskState;
     use crate::engine::fixture::{Fixture, Outages, REPO, Unreachable};
-    use crate::service::SubmissionOptions;
+    use verdict_api::document::TaskState;
+    use verdict_api::submission::SubmissionOptions;
 
     fn scheduler(fx: &Fixture) -> Scheduler {
         Scheduler::new(fx.deps.clone(), fx.settings.clone())

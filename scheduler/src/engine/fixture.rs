@@ -23,8 +23,8 @@ use super::submission::TaskDefaults;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
 use crate::metrics::SchedulerMetrics;
 use crate::pipeline::{self, PipelineSettings};
-use crate::service::{ReviewSubmission, ScanSubmission, SubmissionOptions};
 use crate::task::TaskRecord;
+use verdict_api::submission::{ReviewSubmission, ScanSubmission, SubmissionOptions};
 
 pub(super) const REPO: &str = "https://example.test/shop.git";
 /// The commit revision `v1` of [`REPO`] names (the scans of [`Fixture::queued_scan`]).

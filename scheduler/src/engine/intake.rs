@@ -45,10 +45,11 @@ use super::records::TaskRecords;
 use super::transition::Transitions;
 use super::{SchedulerDeps, SchedulerSettings};
 use crate::diff_pieces::{self, IgnoredPaths};
-use crate::document::TaskState;
 use crate::pipeline::{self, Effects};
-use crate::service::{IssueInput, ServiceError};
+use crate::service::ServiceError;
 use crate::task::{GivenRevisions, PipelineKind, TaskRecord};
+use verdict_api::document::TaskState;
+use verdict_api::submission::IssueInput;
 
 /// Starts queued tasks; cheap to clone.
 #[derive(Debug, Clone)]
@@ -1098,7 +1099,7 @@ mod tests {
             (skipped[0].path.as_str(), skipped[0].kind),
             (
                 "vendor/lib/x.go",
-                Some(crate::document::SkipReason::Vendored)
+                Some(verdict_api::document::SkipReason::Vendored)
             )
         );
         let request = &started.stage("scan").unwrap().request;
@@ -1209,7 +1210,7 @@ mod tests {
             clone_url: REPO.to_owned(),
             html_url: "https://github.com/acme/shop/issues/12".to_owned(),
         });
-        let submission = crate::service::IssueAnalysisSubmission {
+        let submission = verdict_api::submission::IssueAnalysisSubmission {
             issue_url: Some("https://github.com/acme/shop/issues/12".to_owned()),
             ..Default::default()
         };

@@ -496,9 +496,10 @@ mod tests {
     };
 
     use super::*;
-    use crate::document::{TaskDocument, TaskState};
     use crate::engine::fixture::{Fixture, INTAKE_TIMEOUT, REPO, STALL_AFTER};
-    use crate::service::{ScanSubmission, SubmissionOptions, TaskService};
+    use crate::service::TaskService;
+    use verdict_api::document::{TaskDocument, TaskState};
+    use verdict_api::submission::{ScanSubmission, SubmissionOptions};
 
     /// A repository that accepts the request and never answers.
     const HANG: &str = "https://hang.example.test/x.git";

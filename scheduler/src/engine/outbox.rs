@@ -291,7 +291,7 @@ mod tests {
 
         assert_eq!(fx.broker.depth(BULK), 0);
         let ended = fx.load(&task.id).await;
-        assert_eq!(ended.state, crate::document::TaskState::Incomplete);
+        assert_eq!(ended.state, verdict_api::document::TaskState::Incomplete);
         assert_eq!(
             ended.failure_kind,
             Some(verdict_proto::outcome::FailureKind::InvalidRequest)

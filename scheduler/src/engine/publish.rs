@@ -41,7 +41,6 @@ use super::budgets::Budgets;
 use super::progress::Progress;
 use super::records::TaskRecords;
 use super::{CodeHostSettings, SchedulerDeps};
-use crate::document::TaskState;
 use crate::metrics;
 use crate::pipeline::{Draft, Effects};
 use crate::publication::{
@@ -49,7 +48,9 @@ use crate::publication::{
     plan_issue_comment,
 };
 use crate::result::ReviewResult;
-use crate::task::{PipelineKind, PublicationRecord, PublicationState, TaskRecord};
+use crate::task::{PipelineKind, TaskRecord};
+use verdict_api::document::TaskState;
+use verdict_api::document::{PublicationRecord, PublicationState};
 
 /// How long a claim lasts: longer than one attempt can take (every host call has its own
 /// timeout; an attempt makes at most a few dozen).

@@ -787,7 +787,7 @@ mod tests {
         );
         let ended = fx.parts.transitions.apply(&task.id, cancel).await.unwrap();
 
-        assert_eq!(ended.state, crate::document::TaskState::Aborted);
+        assert_eq!(ended.state, verdict_api::document::TaskState::Aborted);
         let events = fx.parts.progress.all(&task.id).await.unwrap();
         let finished = events
             .iter()

@@ -114,8 +114,8 @@ mod tests {
     use verdict_proto::wire::{StageKind, Usage, WIRE_VERSION};
 
     use super::*;
-    use crate::document::TaskState;
     use crate::engine::fixture::{Fixture, Unreachable};
+    use verdict_api::document::TaskState;
 
     fn failed_scan(task_id: &str) -> Vec<u8> {
         wire::encode(&StageResult {

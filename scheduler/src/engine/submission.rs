@@ -13,13 +13,14 @@ use verdict_proto::revision::Revision;
 use verdict_proto::wire::{EventType, Priority, RepositoryRef};
 
 use super::{CodeHostSettings, SchedulerSettings};
-use crate::document::TaskState;
 use crate::pipeline::{self, Draft, PipelineSettings};
-use crate::service::{
-    GitHubSource, IssueAnalysisSubmission, IssueInput, ReviewSubmission, ScanSubmission,
-    ServiceError, SubmissionOptions,
-};
+use crate::service::ServiceError;
 use crate::task::{PipelineKind, TaskInputs, TaskRecord};
+use verdict_api::document::TaskState;
+use verdict_api::submission::{
+    GitHubSource, IssueAnalysisSubmission, IssueInput, ReviewSubmission, ScanSubmission,
+    SubmissionOptions,
+};
 
 /// How large each text of a submission may be (decision 117). Every stage request carries the
 /// task's texts inline beside its own material (the diffstat, a summary, findings, the changed
@@ -434,7 +435,7 @@ fn required(field: &str, value: &str) -> Result<(), ServiceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::IssueInput;
+    use verdict_api::submission::IssueInput;
 
     const NOW: u64 = 1_700_000_000_000;
 

@@ -24,10 +24,11 @@ use super::publish::Publication;
 use super::records::TaskRecords;
 use super::transition::Transitions;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
-use crate::document::TaskState;
 use crate::pipeline;
 use crate::service::ServiceError;
-use crate::task::{PublicationState, StageStatus, TaskRecord};
+use crate::task::{StageStatus, TaskRecord};
+use verdict_api::document::PublicationState;
+use verdict_api::document::TaskState;
 
 /// What the sweeper does about one active task.
 #[derive(Debug, Clone, PartialEq, Eq)]

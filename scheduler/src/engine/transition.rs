@@ -205,10 +205,10 @@ mod tests {
     use verdict_proto::wire::{Priority, StageKind, StageResult, Usage, WIRE_VERSION};
 
     use super::*;
-    use crate::document::TaskState;
     use crate::engine::fixture::Fixture;
     use crate::pipeline;
     use crate::task::StageStatus;
+    use verdict_api::document::TaskState;
 
     #[tokio::test(start_paused = true)]
     async fn a_start_is_stored_announced_and_its_stage_published() {

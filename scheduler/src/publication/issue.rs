@@ -10,7 +10,7 @@ use verdict_proto::publication::marker;
 
 use super::PublishSettings;
 use super::markdown::{self, MAX_BODY, code, cut, one_line, prose};
-use crate::document::TaskState;
+use verdict_api::document::TaskState;
 
 const SUMMARY_MAX: usize = 16_000;
 const FEASIBILITY_MAX: usize = 8_000;

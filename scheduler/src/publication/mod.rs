@@ -31,8 +31,8 @@ use serde::Serialize;
 use verdict_proto::Language;
 use verdict_proto::publication::ReviewDraft;
 
-use crate::document::{Coverage, TaskState};
 use crate::result::ReviewResult;
+use verdict_api::document::{Coverage, TaskState};
 
 mod issue;
 mod markdown;

@@ -21,8 +21,8 @@ use verdict_proto::severity::Severity;
 use super::markdown::{self, MAX_BODY, code, cut, one_line, prose};
 use super::zone::{Location, Place, Zone};
 use super::{PublishSettings, ReviewInput, ReviewPlan, suggestion};
-use crate::document::Coverage;
 use crate::result::{ResultFinding, ReviewResult};
+use verdict_api::document::Coverage;
 
 /// Caps on each piece of model text, in [`markdown::length`] units. They keep any one comment
 /// under [`MAX_BODY`] by construction and leave the body room for its findings.

@@ -10,8 +10,8 @@ use verdict_proto::severity::Severity;
 
 use super::markdown::one_line;
 use super::{PublishSettings, review_event};
-use crate::document::TaskState;
 use crate::result::ReviewResult;
+use verdict_api::document::TaskState;
 
 /// The most characters a status description holds on GitHub.
 pub const STATUS_DESCRIPTION_MAX: usize = 140;

@@ -14,8 +14,8 @@ use verdict_proto::severity::Severity;
 
 use super::markdown::length;
 use super::*;
-use crate::document::NotReviewed;
 use crate::result::ResultFinding;
+use verdict_api::document::NotReviewed;
 
 fn settings() -> PublishSettings {
     PublishSettings {

@@ -12,7 +12,7 @@ use crate::engine::fixture::{Fixture, REPO, STALL_AFTER};
 use crate::engine::submission::TaskDefaults;
 use crate::engine::sweeper::{Chore, chore};
 use crate::pipeline;
-use crate::service::{IssueAnalysisSubmission, ReviewSubmission};
+use verdict_api::submission::{IssueAnalysisSubmission, ReviewSubmission};
 
 const HEAD: &str = "fea7000000000000000000000000000000000001";
 const NEWER: &str = "fea7100000000000000000000000000000000002";

@@ -11,11 +11,11 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
-use verdict_proto::wire::Usage;
-use verdict_scheduler::document::{
+use verdict_api::document::{
     Coverage, NotReviewed, RepositoryView, SkipReason, TaskDocument, TaskKind, TaskState, Timings,
 };
-use verdict_scheduler::report::{self, Member, OrgReport};
+use verdict_client::report::{self, Member, OrgReport};
+use verdict_proto::wire::Usage;
 
 fn browser() -> String {
     let installer = concat!(env!("CARGO_MANIFEST_DIR"), "/../ops/bin/chromium");

@@ -6,7 +6,7 @@ use serde_json::json;
 use verdict_proto::wire::Usage;
 
 use super::*;
-use crate::document::{Coverage, NotReviewed, RepositoryView, TaskKind, Timings};
+use verdict_api::document::{Coverage, NotReviewed, RepositoryView, TaskKind, Timings};
 
 /// A finished scan document with `findings` and a coverage of `scanned` files and `skipped`.
 pub fn scan_document(

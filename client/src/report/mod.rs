@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use verdict_proto::outcome::FailureKind;
 
-use crate::document::{SkipReason, TaskDocument, TaskState};
+use verdict_api::document::{SkipReason, TaskDocument, TaskState};
 
 mod html;
 

@@ -13,15 +13,18 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use reqwest::{RequestBuilder, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use verdict_backends::secret::Secret;
-use verdict_backends::store::StoredEvent;
+use verdict_proto::secret::Secret;
 use verdict_proto::wire::ProgressEvent;
+use verdict_proto::wire::StoredEvent;
 
-use crate::api::routes::{batch_location, task_location};
-use crate::api::sse::{END_EVENT, ERROR_EVENT, StreamEnd};
-use crate::api::{ErrorBody, MAX_BODY_BYTES};
-use crate::document::TaskDocument;
-use crate::service::{IssueAnalysisSubmission, ReviewSubmission, ScanSubmission, Submitted};
+use verdict_api::document::TaskDocument;
+use verdict_api::http::{
+    END_EVENT, ERROR_EVENT, ErrorBody, MAX_BODY_BYTES, StreamEnd, batch_location, path_segment,
+    task_location,
+};
+use verdict_api::submission::{
+    IssueAnalysisSubmission, ReviewSubmission, ScanSubmission, Submitted,
+};
 
 /// Time allowed for one request that is not a stream.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -199,7 +202,7 @@ impl ApiClient {
     /// A scan batch (an organisation or a manifest); its id names it in [`ApiClient::scan_batch`].
     pub async fn submit_scan_batch(
         &self,
-        s: &crate::service::ScanBatchSubmission,
+        s: &verdict_api::submission::ScanBatchSubmission,
     ) -> Result<Submitted, ClientError> {
         self.submit("/v1/scans", s).await
     }
@@ -208,7 +211,7 @@ impl ApiClient {
     pub async fn scan_batch(
         &self,
         id: &str,
-    ) -> Result<crate::scan_batch::ScanBatchDocument, ClientError> {
+    ) -> Result<verdict_api::batch::ScanBatchDocument, ClientError> {
         let req = self.http.get(self.url(&batch_location(id)));
         self.call(req).await
     }
@@ -217,7 +220,7 @@ impl ApiClient {
     pub async fn resume_scan_batch(
         &self,
         id: &str,
-    ) -> Result<crate::scan_batch::ScanBatchDocument, ClientError> {
+    ) -> Result<verdict_api::batch::ScanBatchDocument, ClientError> {
         let req = self
             .http
             .post(self.url(&format!("{}/resume", batch_location(id))));
@@ -235,11 +238,11 @@ impl ApiClient {
         &self,
         id: &str,
         stage: Option<&str>,
-    ) -> Result<crate::document::TranscriptsDocument, ClientError> {
+    ) -> Result<verdict_api::document::TranscriptsDocument, ClientError> {
         let mut path = format!("{}/transcripts", task_location(id));
         if let Some(stage) = stage {
             path.push('/');
-            path.push_str(&crate::api::routes::path_segment(stage));
+            path.push_str(&path_segment(stage));
         }
         let req = self.http.get(self.url(&path));
         self.call(req).await

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use verdict_proto::wire::{EventType, ProgressEvent};
 
-use crate::document::TaskDocument;
-use crate::task::PublicationState;
+use verdict_api::document::PublicationState;
+use verdict_api::document::TaskDocument;
 
 /// One readable milestone: a short title and the event's own explanation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn review_summary() {
-        use crate::document::{Coverage, NotReviewed, TaskKind, TaskState, Timings};
+        use verdict_api::document::{Coverage, NotReviewed, TaskKind, TaskState, Timings};
         let doc = TaskDocument {
             id: "t-1".into(),
             kind: TaskKind::Review,
@@ -303,7 +303,7 @@ mod tests {
             github: None,
             publication: None,
             trace_id: None,
-            repository: Some(crate::document::RepositoryView {
+            repository: Some(verdict_api::document::RepositoryView {
                 url: "https://example.test/r.git".into(),
                 revision: "feature".into(),
                 commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
@@ -356,7 +356,7 @@ mod tests {
              Not reviewed: big.bin (binary)\n"
         );
         let mut published = doc;
-        published.github = Some(crate::service::GitHubSource {
+        published.github = Some(verdict_api::submission::GitHubSource {
             item: verdict_proto::publication::ItemRef {
                 repo: verdict_proto::publication::RepoId {
                     owner: "acme".into(),
@@ -367,7 +367,7 @@ mod tests {
             head_sha: None,
             publish: true,
         });
-        let mut record = crate::task::PublicationRecord::pending();
+        let mut record = verdict_api::document::PublicationRecord::pending();
         record.state = PublicationState::Published;
         record.url = Some("https://github.com/acme/shop/pull/7#pullrequestreview-1".into());
         published.publication = Some(record.clone());

@@ -7,7 +7,7 @@
 use minijinja::{AutoEscape, Environment, context};
 
 use super::{CATEGORIES, OrgReport, SEVERITIES};
-use crate::document::SkipReason;
+use verdict_api::document::SkipReason;
 
 const TEMPLATE: &str = include_str!("report.html");
 

@@ -213,11 +213,11 @@ pub struct TaskDocument {
     pub repository: Option<RepositoryView>,
     /// The GitHub pull request or issue the task is about, and whether it is published there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub github: Option<crate::service::GitHubSource>,
+    pub github: Option<crate::submission::GitHubSource>,
     /// Publishing the outcome there: pending, published (with the address), nothing, stale or
     /// failed (with why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub publication: Option<crate::task::PublicationRecord>,
+    pub publication: Option<PublicationRecord>,
     /// The task's trace id, when tracing export is on: its spans from every process are in
     /// that one trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -245,4 +245,67 @@ pub struct TaskDocument {
 pub struct TranscriptsDocument {
     pub task_id: String,
     pub transcripts: Vec<verdict_proto::transcript::Transcript>,
+}
+
+/// Where publishing a task's outcome stands (SPEC G1–G3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicationRecord {
+    pub state: PublicationState,
+    /// Attempts started so far.
+    #[serde(default)]
+    pub attempts: u32,
+    /// Not before this: a retry's backoff, or the host's rate-limit wait.
+    #[serde(default)]
+    pub not_before_unix_ms: u64,
+    /// A replica is publishing it until this time; others leave it alone until then.
+    #[serde(default)]
+    pub claimed_until_unix_ms: u64,
+    /// The web address of what was posted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// In words: what was posted, why nothing was, or why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl PublicationRecord {
+    pub fn pending() -> PublicationRecord {
+        PublicationRecord {
+            state: PublicationState::Pending,
+            attempts: 0,
+            not_before_unix_ms: 0,
+            claimed_until_unix_ms: 0,
+            url: None,
+            detail: None,
+        }
+    }
+}
+
+/// The states of [`PublicationRecord`]; every one but `pending` is final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PublicationState {
+    /// To be published (again, after a retryable failure).
+    Pending,
+    /// Posted (or found already posted).
+    Published,
+    /// Nothing to post for this outcome (G3: incomplete, aborted; skipped; a degraded review
+    /// without `degraded_comment`); the commit status still shows it.
+    Nothing,
+    /// The pull request has a newer head: the result is stale and was not posted (X1).
+    Stale,
+    /// Could not be posted; `detail` says why.
+    Failed,
+}
+
+impl PublicationState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PublicationState::Pending => "pending",
+            PublicationState::Published => "published",
+            PublicationState::Nothing => "nothing",
+            PublicationState::Stale => "stale",
+            PublicationState::Failed => "failed",
+        }
+    }
 }
