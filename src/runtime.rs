@@ -21,13 +21,13 @@ use verdict_backends::repo::{
 };
 use verdict_backends::store::StateStore;
 use verdict_backends::store::redis::{RedisConfig, RedisStore};
+use verdict_policy::pipeline::{PipelineSettings, StageSettings};
+use verdict_policy::publication::PublishSettings;
 use verdict_proto::wire::StageKind;
 use verdict_scheduler::engine::{
     CodeHostSettings, Scheduler, SchedulerDeps, SchedulerSettings, SystemResolver,
 };
 use verdict_scheduler::metrics::SchedulerMetrics;
-use verdict_scheduler::pipeline::{PipelineSettings, StageSettings};
-use verdict_scheduler::publication::PublishSettings;
 use verdict_worker::consumer::{Consumer, ConsumerSettings};
 use verdict_worker::executor::{ExecutorDeps, ProviderRegistry, StageExecutor};
 use verdict_worker::journal::LocalFallback;

@@ -656,7 +656,7 @@ async fn ledger(rig: &Rig) -> (u64, u64) {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis();
-    let (period, _) = verdict_scheduler::budget::Period::Month.at(u64::try_from(now).unwrap());
+    let (period, _) = verdict_policy::budget::Period::Month.at(u64::try_from(now).unwrap());
     let mut config = RedisConfig::new("redis://127.0.0.1:6379/");
     config.prefix = rig.isolation.redis_prefix.clone();
     let store = RedisStore::connect(config).await.unwrap();

@@ -509,6 +509,22 @@ fn dependencies_point_one_way() {
         &["tokio", "reqwest", "axum", "lapin", "redis"],
         "the API contract is data: no I/O, no HTTP stack, no async runtime",
     ));
+    // The task policy is pure: data in, decisions out.
+    let policy_verdict = verdict(&normal("policy"));
+    if policy_verdict
+        .iter()
+        .any(|d| d != "verdict-proto" && d != "verdict-api")
+    {
+        problems.push(format!(
+            "policy depends on {policy_verdict:?}: the pure task policy may depend on verdict-proto and verdict-api only"
+        ));
+    }
+    problems.extend(forbid(
+        "policy",
+        &normal("policy"),
+        &["tokio", "tokio-util", "futures-util", "reqwest", "axum", "lapin", "redis"],
+        "the task policy does no I/O and runs no async code; the scheduler carries out what it decides",
+    ));
     problems.extend(forbid(
         "client",
         &all("client"),
@@ -541,6 +557,7 @@ fn dependencies_point_one_way() {
     for dir in [
         "proto",
         "api",
+        "policy",
         "client",
         "worker",
         "scheduler",

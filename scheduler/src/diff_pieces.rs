@@ -6,8 +6,9 @@ use verdict_backends::store::InputStore;
 use verdict_proto::diff;
 use verdict_proto::wire::{InputContent, InputRef, input_name};
 
-use crate::task::DiffFile;
 use verdict_api::document::{Coverage, NotReviewed};
+use verdict_policy::ignore::{self, IgnoredPaths};
+use verdict_policy::task::DiffFile;
 
 /// The review inputs derived from one diff.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,9 +43,7 @@ pub async fn prepare(
         let (added, removed) = count_changes(piece);
         stat.push_str(&format!("{path} (+{added} -{removed})\n"));
         let excluded = if let Some(pattern) = ignore.matching(&path) {
-            Some(format!(
-                "ignored: matches `{pattern}` (pipeline.ignore_paths)"
-            ))
+            Some(ignore::reason(pattern))
         } else if file.binary {
             Some("binary file".to_owned())
         } else if file.hunks.is_empty() {
@@ -95,48 +94,6 @@ pub async fn prepare(
         diffstat: stat,
         coverage,
     })
-}
-
-/// How the reason of a file left out by `pipeline.ignore_paths` starts.
-const IGNORED: &str = "ignored: ";
-
-/// Whether `file` was left out because `pipeline.ignore_paths` matches it.
-pub fn is_ignored(file: &DiffFile) -> bool {
-    file.excluded
-        .as_deref()
-        .is_some_and(|r| r.starts_with(IGNORED))
-}
-
-/// The globs of `pipeline.ignore_paths`, compiled (`*` stays within a folder, `**` crosses
-/// folders, as in `.gitignore`).
-#[derive(Debug, Clone, Default)]
-pub struct IgnoredPaths {
-    patterns: Vec<(String, globset::GlobMatcher)>,
-}
-
-impl IgnoredPaths {
-    /// Compiles `patterns`; the error names the pattern that is not a glob.
-    pub fn new(patterns: &[String]) -> Result<IgnoredPaths, String> {
-        let patterns = patterns
-            .iter()
-            .map(|p| {
-                globset::GlobBuilder::new(p)
-                    .literal_separator(true)
-                    .build()
-                    .map(|g| (p.clone(), g.compile_matcher()))
-                    .map_err(|e| format!("`{p}` is not a glob: {e}"))
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(IgnoredPaths { patterns })
-    }
-
-    /// The first pattern `path` matches.
-    pub fn matching(&self, path: &str) -> Option<&str> {
-        self.patterns
-            .iter()
-            .find(|(_, m)| m.is_match(path))
-            .map(|(p, _)| p.as_str())
-    }
 }
 
 pub use diff::split_by_file;

@@ -6,7 +6,7 @@
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use verdict_proto::wire::StageKind;
 
-use crate::task::PipelineKind;
+use verdict_policy::task::PipelineKind;
 
 /// The help text of `verdict_build_info`, the same as the worker's (`verdict dev` registers
 /// both on one registry, which requires it).
@@ -47,7 +47,7 @@ pub struct SchedulerMetrics {
     /// `verdict_task_conflicts_total`: compare-and-set retries (replicas racing on one task).
     pub conflicts: IntCounter,
     /// `verdict_findings_merged_total{stage, model}`: findings merged into another finding
-    /// (`crate::merge`; a group of n findings counts n − 1), by the kind of stage that raised the
+    /// (`verdict_policy::merge`; a group of n findings counts n − 1), by the kind of stage that raised the
     /// merged-away finding and the model that answered there (`unknown` when its result did not
     /// say). A model whose findings often merge is repeating what was already said.
     pub findings_merged: IntCounterVec,

@@ -15,14 +15,14 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use verdict_api::document::{SkipReason, TaskState};
 use verdict_backends::repo::{GitRepositorySource, GitSourceConfig, RepositorySource};
+use verdict_policy::pipeline::{self, PipelineSettings};
+use verdict_policy::scan_shards::{self, ScanSettings};
+use verdict_policy::task::{PipelineKind, StageStatus, TaskInputs, TaskRecord};
 use verdict_proto::Language;
 use verdict_proto::outcome::StageOutcome;
 use verdict_proto::wire::{
     InputContent, Priority, RepositoryRef, StageKind, StageResult, Usage, WIRE_VERSION,
 };
-use verdict_scheduler::pipeline::{self, PipelineSettings};
-use verdict_scheduler::scan_shards::{self, ScanSettings};
-use verdict_scheduler::task::{PipelineKind, StageStatus, TaskInputs, TaskRecord};
 
 const FILES: usize = 2_000;
 

@@ -15,9 +15,9 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use verdict_backends::repo::{MemoryRepositorySource, RepositorySource};
 use verdict_backends::secret::Secret;
+use verdict_policy::webhook::WebhookPolicy;
 use verdict_scheduler::api::{self, ApiAuth, webhooks::GitHubWebhooks};
 use verdict_scheduler::engine::SchedulerSettings;
-use verdict_scheduler::webhook::WebhookPolicy;
 
 const SECRET: &str = "webhook-s3cret";
 const URL: &str = "https://github.com/acme/shop.git";

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use verdict_scheduler::webhook::{WebhookFilters, WebhookPolicy};
+use verdict_policy::webhook::{WebhookFilters, WebhookPolicy};
 use verdict_worker::provider::Secret;
 
 use super::ConfigError;

@@ -69,7 +69,7 @@ pub struct Config {
     pub retry: RetryPolicy,
     pub pipeline: PipelineConfig,
     /// `[scan]`: how a repository scan is sharded and which files it skips (SPEC S4, X4).
-    pub scan: verdict_scheduler::scan_shards::ScanSettings,
+    pub scan: verdict_policy::scan_shards::ScanSettings,
     /// `[github]`, when the table is present.
     pub github: Option<GitHubConfig>,
     /// `[repositories]`: which repositories tasks may name, and git's time limits.
@@ -88,7 +88,7 @@ pub struct Config {
     pub prices: Prices,
     /// `[budgets]` and `[organisations.<name>]`: per-organisation token and cost budgets
     /// (SPEC X5), with each stage's price.
-    pub budgets: verdict_scheduler::budget::BudgetSettings,
+    pub budgets: verdict_policy::budget::BudgetSettings,
     /// Things that are valid but probably not what was meant; log each once at start-up.
     pub warnings: Vec<ConfigWarning>,
 }

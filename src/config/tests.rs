@@ -1668,10 +1668,7 @@ fn queue_stats_interval_defaults_to_five_seconds() {
 fn budgets_are_per_organisation_with_a_default_and_need_prices_in_dollars() {
     let none = ok(BASE, &[]);
     assert!(!none.budgets.any(), "no budget unless configured");
-    assert_eq!(
-        none.budgets.period,
-        verdict_scheduler::budget::Period::Month
-    );
+    assert_eq!(none.budgets.period, verdict_policy::budget::Period::Month);
     assert_eq!(none.budgets.prompt_tokens_per_stage, 3_000);
     assert_eq!(none.budgets.output_tokens_per_stage, 2_000);
 
@@ -1681,7 +1678,7 @@ fn budgets_are_per_organisation_with_a_default_and_need_prices_in_dollars() {
         ),
         &[],
     );
-    assert_eq!(c.budgets.period, verdict_scheduler::budget::Period::Day);
+    assert_eq!(c.budgets.period, verdict_policy::budget::Period::Day);
     assert_eq!(
         c.budgets.limit_of("acme").and_then(|l| l.tokens),
         Some(5_000)

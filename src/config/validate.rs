@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use toml::{Table, Value};
+use verdict_policy::budget::{BudgetSettings, Period};
 use verdict_proto::Language;
 use verdict_proto::budget::{Limit, usd_to_micro};
 use verdict_proto::repair::{DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_RANGE, RepairMode};
 use verdict_proto::structured::{Bounds as StructuredBounds, StructuredOutput};
 use verdict_proto::wire::{RepairPolicy, StageKind, Tool};
-use verdict_scheduler::budget::{BudgetSettings, Period};
 use verdict_worker::executor::{ModelLimits, RateLimits};
 use verdict_worker::metrics::{Prices, TokenPrice};
 use verdict_worker::provider::anthropic::DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS;
@@ -1135,7 +1135,7 @@ fn pipeline(raw: raw::RawPipeline, ctx: &Ctx<'_>) -> Result<PipelineConfig, Conf
                 "pipeline.ignore_paths",
                 raw.ignore_paths.unwrap_or_default(),
             )?;
-            if let Err(problem) = verdict_scheduler::diff_pieces::IgnoredPaths::new(&globs) {
+            if let Err(problem) = verdict_policy::ignore::IgnoredPaths::new(&globs) {
                 return Err(ctx.err(
                     "pipeline.ignore_paths",
                     None,
@@ -1150,8 +1150,8 @@ fn pipeline(raw: raw::RawPipeline, ctx: &Ctx<'_>) -> Result<PipelineConfig, Conf
 fn scan(
     raw: raw::RawScan,
     ctx: &Ctx<'_>,
-) -> Result<verdict_scheduler::scan_shards::ScanSettings, ConfigError> {
-    Ok(verdict_scheduler::scan_shards::ScanSettings {
+) -> Result<verdict_policy::scan_shards::ScanSettings, ConfigError> {
+    Ok(verdict_policy::scan_shards::ScanSettings {
         shard_tokens: ctx.num(
             "scan.shard_tokens",
             raw.shard_tokens,
@@ -1175,7 +1175,7 @@ fn scan(
         )?,
         exclude: {
             let globs = ctx.names("scan.exclude", raw.exclude.unwrap_or_default())?;
-            if let Err(problem) = verdict_scheduler::diff_pieces::IgnoredPaths::new(&globs) {
+            if let Err(problem) = verdict_policy::ignore::IgnoredPaths::new(&globs) {
                 return Err(ctx.err(
                     "scan.exclude",
                     None,

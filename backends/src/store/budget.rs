@@ -3,7 +3,7 @@
 //! held plus the estimate would pass the limit — and settles when it ends: its hold is dropped
 //! and what it really cost is added to the spending. Both steps are idempotent per task, so a
 //! second intake or a retried settlement never counts twice. The scheduler decides accounts,
-//! estimates and limits (`verdict_scheduler::budget`); this is only where they are counted.
+//! estimates and limits (`verdict_policy::budget`); this is only where they are counted.
 
 use serde::{Deserialize, Serialize};
 pub use verdict_proto::budget::Account;

@@ -1,6 +1,6 @@
 //! `POST /v1/webhooks/github`: a delivery is authenticated by its `X-Hub-Signature-256` before
 //! anything else is read (no bearer token: GitHub cannot send one), then read by
-//! [`crate::webhook`] and submitted. A redelivery names the task the first delivery made.
+//! [`verdict_policy::webhook`] and submitted. A redelivery names the task the first delivery made.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -12,7 +12,7 @@ use verdict_backends::secret::Secret;
 
 use super::ApiState;
 use super::error::ApiError;
-use crate::webhook::{self, Action, WebhookPolicy};
+use verdict_policy::webhook::{self, Action, WebhookPolicy};
 
 /// The path prefix of webhook routes (not behind bearer authentication).
 pub(crate) const PREFIX: &str = "/v1/webhooks/";

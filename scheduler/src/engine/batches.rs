@@ -32,12 +32,12 @@ use super::budgets::{Budgets, Refusal};
 use super::records::{TaskRecords, create_listed};
 use super::submission::id_for_key;
 use super::{Scheduler, SchedulerDeps, SchedulerSettings, unavailable};
-use crate::scan_batch::{self, BatchRecord, BatchSource, Member, RepositoryFilter};
-use crate::scan_shards::ScanSettings;
 use crate::service::{ServiceError, TaskService};
 use verdict_api::batch::{BatchState, ScanBatchDocument, Skipped};
 use verdict_api::document::TaskState;
 use verdict_api::submission::ScanSubmission;
+use verdict_policy::scan_batch::{self, BatchRecord, BatchSource, Member, RepositoryFilter};
+use verdict_policy::scan_shards::ScanSettings;
 
 /// The set of batch ids not known to have ended.
 const ACTIVE: &str = "scan-batches:active";

@@ -12,8 +12,8 @@ use verdict_backends::store::{BudgetLedger, Reservation, Standing, StoreError};
 use verdict_proto::budget::{Amount, Limit};
 
 use super::{SchedulerDeps, SchedulerSettings};
-use crate::budget::{BudgetHold, BudgetSettings, organisation_of};
-use crate::task::{PipelineKind, TaskRecord};
+use verdict_policy::budget::{BudgetHold, BudgetSettings, organisation_of};
+use verdict_policy::task::{PipelineKind, TaskRecord};
 
 /// Why a task or batch may not start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,12 +177,12 @@ mod tests {
     use verdict_proto::wire::{Priority, StageResult, Usage, WIRE_VERSION};
 
     use super::*;
-    use crate::budget::Period;
     use crate::engine::fixture::Fixture;
     use crate::engine::submission::TaskDefaults;
-    use crate::pipeline;
     use verdict_api::document::TaskState;
     use verdict_api::submission::{ScanSubmission, SubmissionOptions};
+    use verdict_policy::budget::Period;
+    use verdict_policy::pipeline;
 
     const ACME: &str = "https://example.test/acme/shop.git";
     const COMMIT: &str = "5ca1ab1e00000000000000000000000000000002";

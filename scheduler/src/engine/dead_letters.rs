@@ -28,8 +28,8 @@ use verdict_proto::wire::{self, StageRequest, StageResult};
 
 use super::transition::Transitions;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
-use crate::pipeline;
 use crate::service::ServiceError;
+use verdict_policy::pipeline;
 
 /// The header naming the task a message belongs to (stage requests and results carry it).
 pub(super) const TASK_HEADER: &str = "x-verdict-task";
@@ -229,8 +229,8 @@ mod tests {
 
     use super::*;
     use crate::engine::fixture::Fixture;
-    use crate::task::StageStatus;
     use verdict_api::document::TaskState;
+    use verdict_policy::task::StageStatus;
 
     const LIMIT: usize = 1 << 20;
 

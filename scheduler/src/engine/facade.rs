@@ -24,16 +24,16 @@ use super::submission::{self, TaskDefaults};
 use super::transition::Transitions;
 use super::{Parts, Scheduler, SchedulerDeps, SchedulerSettings, unavailable};
 use crate::metrics;
-use crate::pipeline;
-use crate::scan_batch::BatchRecord;
 use crate::service::{ServiceError, TaskService};
-use crate::task::TaskRecord;
 use verdict_api::batch::ScanBatchDocument;
 use verdict_api::document::{TaskDocument, TaskState};
 use verdict_api::submission::{
     IssueAnalysisSubmission, Readiness, ReviewSubmission, ScanBatchSubmission, ScanSubmission,
     Submitted,
 };
+use verdict_policy::pipeline;
+use verdict_policy::scan_batch::BatchRecord;
+use verdict_policy::task::TaskRecord;
 
 /// What the service calls use.
 #[derive(Debug)]

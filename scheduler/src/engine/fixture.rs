@@ -22,9 +22,9 @@ use super::allowlist::{AllowlistRules, RepositoryAllowlist, StaticResolver};
 use super::submission::TaskDefaults;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
 use crate::metrics::SchedulerMetrics;
-use crate::pipeline::{self, PipelineSettings};
-use crate::task::TaskRecord;
 use verdict_api::submission::{ReviewSubmission, ScanSubmission, SubmissionOptions};
+use verdict_policy::pipeline::{self, PipelineSettings};
+use verdict_policy::task::TaskRecord;
 
 pub(super) const REPO: &str = "https://example.test/shop.git";
 /// The commit revision `v1` of [`REPO`] names (the scans of [`Fixture::queued_scan`]).
@@ -43,7 +43,7 @@ pub(super) const DIFF: &str = "diff --git a/src/cart.rs b/src/cart.rs\n--- a/src
 pub(super) fn code_host() -> super::CodeHostSettings {
     super::CodeHostSettings {
         web_host: "github.com".to_owned(),
-        publish: crate::publication::PublishSettings {
+        publish: verdict_policy::publication::PublishSettings {
             language: Language::En,
             approve: true,
             degraded_comment: false,
@@ -167,7 +167,7 @@ impl Fixture {
     }
 
     /// A fixture whose scheduler applies `budgets` (SPEC X5).
-    pub fn with_budgets(budgets: crate::budget::BudgetSettings) -> Fixture {
+    pub fn with_budgets(budgets: verdict_policy::budget::BudgetSettings) -> Fixture {
         let mut fx = Fixture::new();
         fx.settings.budgets = budgets;
         fx.parts = Parts::assemble(&fx.deps, &fx.settings, &fx.background, &fx.stop);

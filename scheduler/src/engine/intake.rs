@@ -44,12 +44,13 @@ use super::budgets::{Budgets, Refusal};
 use super::records::TaskRecords;
 use super::transition::Transitions;
 use super::{SchedulerDeps, SchedulerSettings};
-use crate::diff_pieces::{self, IgnoredPaths};
-use crate::pipeline::{self, Effects};
+use crate::diff_pieces;
 use crate::service::ServiceError;
-use crate::task::{GivenRevisions, PipelineKind, TaskRecord};
 use verdict_api::document::TaskState;
 use verdict_api::submission::IssueInput;
+use verdict_policy::ignore::IgnoredPaths;
+use verdict_policy::pipeline::{self, Effects};
+use verdict_policy::task::{GivenRevisions, PipelineKind, TaskRecord};
 
 /// Starts queued tasks; cheap to clone.
 #[derive(Debug, Clone)]
@@ -183,7 +184,7 @@ struct Prepared {
     /// What the code host said of the task's pull request or issue.
     host: Option<FromHost>,
     /// A scan's files classified and packed into shards.
-    scan: Option<crate::scan_shards::ScanPlan>,
+    scan: Option<verdict_policy::scan_shards::ScanPlan>,
 }
 
 /// A review's diff, read, and how it is to be stored ([`diff_pieces::prepare`]).
@@ -239,7 +240,7 @@ impl Prepared {
 struct Stored {
     prepared: Option<Prepared>,
     diff: Option<diff_pieces::PreparedDiff>,
-    budget: Option<crate::budget::BudgetHold>,
+    budget: Option<verdict_policy::budget::BudgetHold>,
 }
 
 impl Stored {
@@ -769,7 +770,7 @@ impl Intake {
         &self,
         task: &TaskRecord,
         repo: &RepositoryRef,
-    ) -> Result<crate::scan_shards::ScanPlan, Refused> {
+    ) -> Result<verdict_policy::scan_shards::ScanPlan, Refused> {
         let cancel = CancellationToken::new();
         let files = self
             .repositories
@@ -779,7 +780,7 @@ impl Intake {
                 let context = format!("cannot list the files of commit {}", repo.commit);
                 Refused::repository(Some(context), &e)
             })?;
-        crate::scan_shards::plan(&files, &task.settings.scan).map_err(|e| Refused {
+        verdict_policy::scan_shards::plan(&files, &task.settings.scan).map_err(|e| Refused {
             kind: FailureKind::InvalidRequest,
             reason: format!("scan.exclude: {e}"),
         })
@@ -885,7 +886,7 @@ mod tests {
 
     use super::*;
     use crate::engine::fixture::{DIFF, Fixture, INTAKE_TIMEOUT, MAIN_COMMIT, Outages, REPO, V1};
-    use crate::task::StageStatus;
+    use verdict_policy::task::StageStatus;
 
     const MAIN: &str = "0000000000000000000000000000000000000a11";
     const FEATURE: &str = "00000000000000000000000000000000000fea70";

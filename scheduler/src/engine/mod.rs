@@ -1,5 +1,5 @@
 //! The scheduler engine: the parts that carry a task from submission to its stored result on the
-//! broker and store traits, around the pure pipeline ([`crate::pipeline`]), and the [`Scheduler`]
+//! broker and store traits, around the pure pipeline ([`verdict_policy::pipeline`]), and the [`Scheduler`]
 //! that assembles them.
 //!
 //! Every change to a task is a compare-and-set of its whole record, so several replicas can
@@ -58,8 +58,8 @@ use verdict_backends::store::{
 use verdict_proto::Language;
 
 use crate::metrics::SchedulerMetrics;
-use crate::pipeline::PipelineSettings;
 use crate::service::ServiceError;
+use verdict_policy::pipeline::PipelineSettings;
 
 mod allowlist;
 mod batches;
@@ -171,7 +171,7 @@ pub struct SchedulerSettings {
     /// The repositories tasks may name.
     pub repositories: RepositoryAllowlist,
     /// Per-organisation budgets and how estimates are made (SPEC X5).
-    pub budgets: crate::budget::BudgetSettings,
+    pub budgets: verdict_policy::budget::BudgetSettings,
     /// How long a replica's heartbeat proves it alive; it beats three times per lease.
     pub replica_lease: Duration,
 }
@@ -182,7 +182,7 @@ pub struct CodeHostSettings {
     /// The web host pull-request and issue URLs must name (`github.com`, `ghe.example.com`).
     pub web_host: String,
     /// How results are written there.
-    pub publish: crate::publication::PublishSettings,
+    pub publish: verdict_policy::publication::PublishSettings,
     /// Apply the labels an issue analysis suggests (only those the repository defines).
     pub apply_labels: bool,
 }

@@ -13,8 +13,8 @@ use verdict_proto::wire::{self, WireError};
 
 use super::records::TaskRecords;
 use super::{SchedulerDeps, SchedulerSettings};
-use crate::pipeline::Effects;
-use crate::task::{StageRecord, StageStatus, TaskRecord};
+use verdict_policy::pipeline::Effects;
+use verdict_policy::task::{StageRecord, StageStatus, TaskRecord};
 
 /// A planned stage that was not published because no message can carry it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,7 +210,7 @@ mod tests {
 
     use super::*;
     use crate::engine::fixture::Fixture;
-    use crate::pipeline;
+    use verdict_policy::pipeline;
 
     const BULK: Route = Route::Stages(Priority::Bulk);
 

@@ -10,8 +10,8 @@ use verdict_backends::store::{EventLog, StoreError, StoredEvent};
 use verdict_proto::wire::{ProgressEvent, WIRE_VERSION};
 
 use super::{SchedulerDeps, unavailable};
-use crate::pipeline::Draft;
 use crate::service::ServiceError;
+use verdict_policy::pipeline::Draft;
 
 /// How long a transition's events are offered again to a store out of memory: about as long as
 /// an operator's first response to the alert, while the result that brought them waits.

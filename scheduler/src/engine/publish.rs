@@ -1,6 +1,6 @@
 //! Publication: a finished task's outcome posted to its pull request or issue (SPEC G1–G3, X1,
 //! X2), and a running task's commit status. What is posted is decided by the pure
-//! [`crate::publication`]; this part does the I/O around it, in an order that makes every
+//! [`verdict_policy::publication`]; this part does the I/O around it, in an order that makes every
 //! attempt safe to repeat:
 //!
 //! 1. **Claim.** The record's publication is claimed for a lease with compare-and-set, so one
@@ -42,15 +42,15 @@ use super::progress::Progress;
 use super::records::TaskRecords;
 use super::{CodeHostSettings, SchedulerDeps};
 use crate::metrics;
-use crate::pipeline::{Draft, Effects};
-use crate::publication::{
+use verdict_api::document::TaskState;
+use verdict_api::document::{PublicationRecord, PublicationState};
+use verdict_policy::pipeline::{Draft, Effects};
+use verdict_policy::publication::{
     self, ChangedFile, ReviewInput, ReviewPlan, ReviewPublication, labels_to_apply,
     plan_issue_comment,
 };
-use crate::result::ReviewResult;
-use crate::task::{PipelineKind, TaskRecord};
-use verdict_api::document::TaskState;
-use verdict_api::document::{PublicationRecord, PublicationState};
+use verdict_policy::result::ReviewResult;
+use verdict_policy::task::{PipelineKind, TaskRecord};
 
 /// How long a claim lasts: longer than one attempt can take (every host call has its own
 /// timeout; an attempt makes at most a few dozen).

@@ -13,9 +13,9 @@ use prometheus::{IntCounter, IntCounterVec};
 use verdict_backends::store::{DocumentStore, Sealing, StoreError, TaskArchive};
 
 use super::{SchedulerDeps, unavailable};
-use crate::pipeline::Effects;
 use crate::service::ServiceError;
-use crate::task::TaskRecord;
+use verdict_policy::pipeline::Effects;
+use verdict_policy::task::TaskRecord;
 
 /// The set of task ids that are not terminal.
 const ACTIVE: &str = "tasks:active";
@@ -775,7 +775,8 @@ mod tests {
         let fx = Fixture::with_outages(&outages);
         let task = fx.queued_scan().await;
         let now = fx.now();
-        let cancel = |t: &mut TaskRecord| crate::pipeline::cancel(t, "cancelled on request", now);
+        let cancel =
+            |t: &mut TaskRecord| verdict_policy::pipeline::cancel(t, "cancelled on request", now);
         outages.lost_replies.store(1, Ordering::SeqCst);
 
         assert!(fx.parts.transitions.apply(&task.id, cancel).await.is_err());

@@ -16,8 +16,8 @@ use verdict_proto::wire::{self, StageResult};
 use super::dead_letters::{FROM_RESULTS, ORIGIN_HEADER};
 use super::transition::Transitions;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
-use crate::pipeline;
 use crate::service::ServiceError;
+use verdict_policy::pipeline;
 
 /// How long a result that could not be applied is held before it is requeued, so a store outage
 /// is not a busy loop.

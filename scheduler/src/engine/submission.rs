@@ -13,14 +13,14 @@ use verdict_proto::revision::Revision;
 use verdict_proto::wire::{EventType, Priority, RepositoryRef};
 
 use super::{CodeHostSettings, SchedulerSettings};
-use crate::pipeline::{self, Draft, PipelineSettings};
 use crate::service::ServiceError;
-use crate::task::{PipelineKind, TaskInputs, TaskRecord};
 use verdict_api::document::TaskState;
 use verdict_api::submission::{
     GitHubSource, IssueAnalysisSubmission, IssueInput, ReviewSubmission, ScanSubmission,
     SubmissionOptions,
 };
+use verdict_policy::pipeline::{self, Draft, PipelineSettings};
+use verdict_policy::task::{PipelineKind, TaskInputs, TaskRecord};
 
 /// How large each text of a submission may be (decision 117). Every stage request carries the
 /// task's texts inline beside its own material (the diffstat, a summary, findings, the changed

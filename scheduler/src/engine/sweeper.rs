@@ -24,11 +24,11 @@ use super::publish::Publication;
 use super::records::TaskRecords;
 use super::transition::Transitions;
 use super::{Parts, SchedulerDeps, SchedulerSettings};
-use crate::pipeline;
 use crate::service::ServiceError;
-use crate::task::{StageStatus, TaskRecord};
 use verdict_api::document::PublicationState;
 use verdict_api::document::TaskState;
+use verdict_policy::pipeline;
+use verdict_policy::task::{StageStatus, TaskRecord};
 
 /// What the sweeper does about one active task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -306,7 +306,7 @@ mod tests {
 
     use super::*;
     use crate::engine::fixture::{Fixture, STALL_AFTER};
-    use crate::pipeline;
+    use verdict_policy::pipeline;
 
     const STALL_MS: u64 = 30_000;
     const INTAKE_MS: u64 = 300_000;

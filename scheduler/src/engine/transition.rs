@@ -18,9 +18,9 @@ use super::progress::Progress;
 use super::publish::Publication;
 use super::records::{TaskRecords, Updated};
 use crate::metrics;
-use crate::pipeline::{self, Effects};
 use crate::service::ServiceError;
-use crate::task::{StageStatus, TaskRecord};
+use verdict_policy::pipeline::{self, Effects};
+use verdict_policy::task::{StageStatus, TaskRecord};
 
 /// Applies transitions; cheap to clone.
 #[derive(Debug, Clone)]
@@ -206,9 +206,9 @@ mod tests {
 
     use super::*;
     use crate::engine::fixture::Fixture;
-    use crate::pipeline;
-    use crate::task::StageStatus;
     use verdict_api::document::TaskState;
+    use verdict_policy::pipeline;
+    use verdict_policy::task::StageStatus;
 
     #[tokio::test(start_paused = true)]
     async fn a_start_is_stored_announced_and_its_stage_published() {

@@ -14,13 +14,13 @@ use verdict_backends::repo::{
     Change, MemoryRepositorySource, RepoError, RepoFile, RepositorySource, Snapshot,
 };
 use verdict_backends::store::memory::MemoryStore;
+use verdict_policy::pipeline::PipelineSettings;
 use verdict_proto::wire::RepositoryRef;
 use verdict_scheduler::engine::{
     AllowlistRules, RepositoryAllowlist, Scheduler, SchedulerDeps, SchedulerSettings,
     StaticResolver,
 };
 use verdict_scheduler::metrics::SchedulerMetrics;
-use verdict_scheduler::pipeline::PipelineSettings;
 
 /// A scheduler on in-memory backends reading `repositories` (one reviewer, no triage, no code
 /// host, a sweeper that never runs during a test, repositories on `git.example.com` and

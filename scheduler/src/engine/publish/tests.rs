@@ -11,8 +11,8 @@ use super::*;
 use crate::engine::fixture::{Fixture, REPO, STALL_AFTER};
 use crate::engine::submission::TaskDefaults;
 use crate::engine::sweeper::{Chore, chore};
-use crate::pipeline;
 use verdict_api::submission::{IssueAnalysisSubmission, ReviewSubmission};
+use verdict_policy::pipeline;
 
 const HEAD: &str = "fea7000000000000000000000000000000000001";
 const NEWER: &str = "fea7100000000000000000000000000000000002";

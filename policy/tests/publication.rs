@@ -14,7 +14,7 @@
 //! - `<name>.body.md`: the review body, byte for byte — readable as GitHub would render it.
 //!
 //! A file that belongs to no case fails the test. `VERDICT_BLESS=1 cargo test -p
-//! verdict-scheduler --test publication` rewrites the expectations; review the diff before
+//! verdict-policy --test publication` rewrites the expectations; review the diff before
 //! committing it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
@@ -26,13 +26,13 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 use verdict_api::document::{Coverage, TaskState};
-use verdict_proto::Language;
-use verdict_proto::diff;
-use verdict_scheduler::diff_pieces::split_by_file;
-use verdict_scheduler::publication::{
+use verdict_policy::publication::{
     ChangedFile, PublishSettings, ReviewInput, ReviewPublication, move_to_body, plan_review,
 };
-use verdict_scheduler::result::ReviewResult;
+use verdict_policy::result::ReviewResult;
+use verdict_proto::Language;
+use verdict_proto::diff;
+use verdict_proto::diff::split_by_file;
 
 const INPUT: &str = ".case.json";
 const COMPANIONS: [&str; 3] = [".diff", ".expected.json", ".body.md"];

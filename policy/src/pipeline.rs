@@ -145,7 +145,7 @@ pub fn start(task: &mut TaskRecord, now: u64) -> Effects {
     );
     let files = &task.inputs.diff_files;
     let reviewing = matches!(task.pipeline, PipelineKind::Multi | PipelineKind::Single);
-    if reviewing && !files.is_empty() && files.iter().all(crate::diff_pieces::is_ignored) {
+    if reviewing && !files.is_empty() && files.iter().all(crate::ignore::is_ignored) {
         // Nothing the configuration wants reviewed: no model is asked.
         let reason = lang
             .pick(

@@ -245,7 +245,7 @@ impl TaskRecord {
             repository: self.repository_view(),
             github: self.github.clone(),
             publication: self.publication.clone(),
-            trace_id: verdict_backends::trace::trace_id(&self.trace),
+            trace_id: verdict_proto::wire::trace_id(&self.trace),
             result: self.result.clone(),
             stages: self.stages.iter().map(stage_view).collect(),
             events,

@@ -2,15 +2,15 @@
 //! repository, at bulk priority. This module holds what the engine stores of a batch (its
 //! source, its members once enumerated, what was left out and why), the filters that choose an
 //! organisation's repositories, and the public document `GET /v1/scans/{id}` answers with its
-//! counts. Pure: no I/O; `engine::batches` enumerates, stores and creates the member tasks.
+//! counts. Pure: no I/O; the scheduler's `engine::batches` enumerates, stores and creates the member tasks.
 
 use globset::{GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 use verdict_api::batch::{
     BatchState, Counts, MemberDocument, MemberState, ScanBatchDocument, Skipped,
 };
-use verdict_backends::publish::HostedRepository;
 use verdict_proto::budget::Amount;
+use verdict_proto::publication::HostedRepository;
 
 use verdict_api::document::TaskState;
 use verdict_api::submission::{ManifestEntry, ScanBatchSubmission, SubmissionOptions};

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 use verdict_api::document::TaskState;
+use verdict_policy::pipeline::{self, Effects, MergedFindings, PipelineSettings, StageSettings};
+use verdict_policy::task::{DiffFile, PipelineKind, StageStatus, TaskInputs, TaskRecord};
 use verdict_proto::Language;
 use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::repair::RepairMode;
@@ -14,8 +16,6 @@ use verdict_proto::wire::{
     EventType, InputContent, InputRef, Priority, RepairPolicy, RepositoryRef, StageKind,
     StageResult, Tool, Usage, WIRE_VERSION,
 };
-use verdict_scheduler::pipeline::{self, Effects, MergedFindings, PipelineSettings, StageSettings};
-use verdict_scheduler::task::{DiffFile, PipelineKind, StageStatus, TaskInputs, TaskRecord};
 
 fn settings(triage: bool, reviewers: u8) -> PipelineSettings {
     let mut stages = BTreeMap::new();

@@ -1,7 +1,7 @@
 //! Budgets as data (SPEC X5): which organisation a task spends for, which period it counts in,
 //! what a task or a repository is estimated to cost before it starts, and what a finished task
 //! really cost. Pure: the ledger that counts is `verdict_backends::store::BudgetLedger`, and
-//! `engine::budgets` reserves and settles against it.
+//! the scheduler's `engine::budgets` reserves and settles against it.
 //!
 //! Estimates are deliberate upper bounds on content (every reviewer is assumed to read the
 //! whole change) plus configurable allowances per stage call for the prompt around the content
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Datelike, Months, Utc};
 use serde::{Deserialize, Serialize};
-use verdict_backends::store::Account;
+use verdict_proto::budget::Account;
 use verdict_proto::budget::{Amount, Limit, TokenPrice};
 use verdict_proto::wire::StageKind;
 

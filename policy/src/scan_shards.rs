@@ -5,9 +5,9 @@
 //! the listing, the pipeline plans one scan stage per shard.
 
 use serde::{Deserialize, Serialize};
-use verdict_backends::repo::RepoFile;
+use verdict_proto::files::RepoFile;
 
-use crate::diff_pieces::IgnoredPaths;
+use crate::ignore::IgnoredPaths;
 use verdict_api::document::{Coverage, NotReviewed, SkipReason};
 
 /// Bytes per estimated token: the usual rule of thumb for source code and English text.
