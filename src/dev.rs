@@ -11,7 +11,7 @@ use verdict_api::document::PublicationState;
 use verdict_api::document::TaskDocument;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::clock::SystemClock;
-use verdict_backends::publish::Publisher;
+use verdict_backends::code_host::CodeHost;
 use verdict_backends::ratelimit::MemorySlots;
 use verdict_backends::ratelimit::memory::MemoryRateLimiter;
 use verdict_backends::repo::RepositorySource;
@@ -39,12 +39,12 @@ pub struct DevPool {
 
 impl DevPool {
     /// Starts a scheduler and `workers` worker consumers, reading repositories from
-    /// `repositories` and pull requests from `publisher` (when GitHub is configured).
+    /// `repositories` and pull requests from `code_host` (when GitHub is configured).
     pub fn start(
         config: &Config,
         providers: ProviderRegistry,
         repositories: Arc<dyn RepositorySource>,
-        publisher: Option<Arc<dyn Publisher>>,
+        code_host: Option<Arc<dyn CodeHost>>,
         workers: usize,
     ) -> Result<DevPool, WiringError> {
         // Local paths are what `verdict dev` reviews; only its wiring accepts them (SPEC R4).
@@ -63,7 +63,7 @@ impl DevPool {
                 limiter: Arc::new(MemoryRateLimiter::new()),
                 slots: Arc::new(MemorySlots::new()),
                 repositories,
-                publisher,
+                code_host,
                 clock: Arc::new(SystemClock),
             },
         );

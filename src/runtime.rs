@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use verdict_backends::broker::Broker;
 use verdict_backends::broker::amqp::{AmqpBroker, AmqpConfig};
 use verdict_backends::clock::{Clock, SystemClock};
-use verdict_backends::publish::Publisher;
-use verdict_backends::publish::github::{
-    GitHubAuth, GitHubConfig, GitHubConfigError, GitHubPublisher,
+use verdict_backends::code_host::CodeHost;
+use verdict_backends::code_host::github::{
+    GitHubAuth, GitHubCodeHost, GitHubConfig, GitHubConfigError,
 };
 use verdict_backends::ratelimit::{RateLimiter, SlotLimiter};
 use verdict_backends::repo::{
@@ -84,7 +84,7 @@ pub struct Backends {
     pub slots: Arc<dyn SlotLimiter>,
     pub repositories: Arc<dyn RepositorySource>,
     /// The code host (GitHub), when `[github]` is configured.
-    pub publisher: Option<Arc<dyn Publisher>>,
+    pub code_host: Option<Arc<dyn CodeHost>>,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -103,7 +103,7 @@ impl Backends {
             slots: Arc::new(store.clone()),
             store: Arc::new(store),
             repositories,
-            publisher: github.map(|g| g as Arc<dyn Publisher>),
+            code_host: github.map(|g| g as Arc<dyn CodeHost>),
             clock: Arc::new(SystemClock),
         })
     }
@@ -151,7 +151,7 @@ impl Assembly {
                 inputs: store.clone(),
                 results: store.clone(),
                 repositories: b.repositories.clone(),
-                publisher: b.publisher.clone(),
+                code_host: b.code_host.clone(),
                 resolver: Arc::new(SystemResolver),
                 clock: b.clock.clone(),
                 metrics: self.scheduler_metrics()?,
@@ -344,7 +344,7 @@ fn redis_config(config: &Config) -> RedisConfig {
 
 /// The GitHub client `[github]` configures, if it does: the scheduler's code host and every
 /// process's credentials for fetching repositories over HTTPS. Call it inside the async runtime.
-pub fn open_github(config: &Config) -> Result<Option<Arc<GitHubPublisher>>, WiringError> {
+pub fn open_github(config: &Config) -> Result<Option<Arc<GitHubCodeHost>>, WiringError> {
     let Some(github) = &config.github else {
         return Ok(None);
     };
@@ -365,7 +365,7 @@ pub fn open_github(config: &Config) -> Result<Option<Arc<GitHubPublisher>>, Wiri
     if !settings.git_hosts.contains(&web_host) {
         settings.git_hosts.push(web_host);
     }
-    Ok(Some(Arc::new(GitHubPublisher::new(settings)?)))
+    Ok(Some(Arc::new(GitHubCodeHost::new(settings)?)))
 }
 
 /// Provider responses each worker process keeps in memory besides the shared journal (a few KB

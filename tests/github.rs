@@ -1,7 +1,7 @@
 //! GitHub in and out, end to end: signed webhook deliveries from the fake GitHub server reach
 //! the scheduler's API, the whole pool runs in-process (the real git source over the sample
 //! repository, the fake provider answering for the model), and the result is published back to
-//! the fake GitHub through the real `GitHubPublisher` authenticated as a GitHub App. What the
+//! the fake GitHub through the real `GitHubCodeHost` authenticated as a GitHub App. What the
 //! fake GitHub holds afterwards is what a pull request would show.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a failed assertion
@@ -17,7 +17,7 @@ use verdict::dev::DevPool;
 use verdict::runtime;
 use verdict_api::document::PublicationState;
 use verdict_api::document::{TaskDocument, TaskState};
-use verdict_backends::publish::Publisher;
+use verdict_backends::code_host::CodeHost;
 use verdict_backends::repo::GitCredentials;
 use verdict_backends::secret::Secret;
 use verdict_backends::store::DocumentStore;
@@ -167,8 +167,8 @@ async fn rig(review: Script, context: u32) -> Rig {
     git.credentials = Some(github.clone() as Arc<dyn GitCredentials>);
     let repositories = Arc::new(verdict_backends::repo::GitRepositorySource::open(git).unwrap());
     let providers = runtime::provider_registry(&config).unwrap();
-    let publisher = github as Arc<dyn Publisher>;
-    let pool = DevPool::start(&config, providers, repositories, Some(publisher), 2).unwrap();
+    let code_host = github as Arc<dyn CodeHost>;
+    let pool = DevPool::start(&config, providers, repositories, Some(code_host), 2).unwrap();
 
     let hooks = config.github.as_ref().map(|g| GitHubWebhooks {
         secret: g.webhook_secret.clone().unwrap(),

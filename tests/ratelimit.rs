@@ -120,7 +120,7 @@ async fn member(spec: &str) {
             limiter: Arc::new(limiter),
             slots: Arc::new(verdict_backends::ratelimit::MemorySlots::new()),
             repositories: Arc::new(MemoryRepositorySource::new()),
-            publisher: None,
+            code_host: None,
             clock: clock.clone(),
         },
     );

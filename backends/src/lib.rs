@@ -15,15 +15,15 @@
 //! - [`ratelimit`]: the [`ratelimit::RateLimiter`] trait — provider limits (requests and tokens
 //!   per minute) and pauses shared by a whole pool; GCRA in one Lua script on
 //!   `store::redis::RedisStore`, and `ratelimit::memory`.
-//! - [`publish`]: the [`publish::Publisher`] trait — pull requests and issues read, reviews,
-//!   comments, statuses and labels posted; `publish::github` and `publish::memory`.
+//! - [`code_host`]: the [`code_host::CodeHost`] trait — pull requests and issues read, reviews,
+//!   comments, statuses and labels posted; `code_host::github` and `code_host::memory`.
 //! - [`clock`], [`secret`], [`trace`]: the small types every process shares — wall time that
 //!   follows tokio's virtual time in tests, a credential that never prints, the W3C trace
 //!   context in message headers.
 
 pub mod broker;
 pub mod clock;
-pub mod publish;
+pub mod code_host;
 pub mod ratelimit;
 pub mod repo;
 pub mod secret;

@@ -1,6 +1,6 @@
 //! Git credentials for fetches over HTTPS, end to end through the real `git`: a fetch of
 //! `https://git.example.test/acme/shop.git` (rewritten by `url.<base>.insteadOf` in a private
-//! global config to a local repository, so no network is involved) gets the GitHub publisher's
+//! global config to a local repository, so no network is involved) gets the GitHub code host's
 //! `Authorization` header through its environment, never through its argv; commands that do not
 //! talk to the remote get nothing; no file under the cache directory holds the token; and a
 //! credential lookup that fails is an error naming the host, retryable when the host may answer
@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use tokio_util::sync::CancellationToken;
-use verdict_backends::publish::github::{GitHubAuth, GitHubConfig, GitHubPublisher};
+use verdict_backends::code_host::github::{GitHubAuth, GitHubCodeHost, GitHubConfig};
 use verdict_backends::repo::{
     GitCredentials, GitRepositorySource, GitSourceConfig, RepoError, RepositorySource,
 };
@@ -147,13 +147,13 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
 #[tokio::test]
 async fn fetches_get_the_token_in_their_environment_only_and_nothing_is_stored() {
     let world = World::new();
-    let publisher = GitHubPublisher::new(GitHubConfig::new(
+    let code_host = GitHubCodeHost::new(GitHubConfig::new(
         format!("https://{HOST}/api/v3"),
         GitHubAuth::Token(Secret::new(TOKEN)),
     ))
     .unwrap();
-    assert_eq!(publisher.git_hosts(), [HOST], "derived from the API URL");
-    let config = world.config(Arc::new(publisher));
+    assert_eq!(code_host.git_hosts(), [HOST], "derived from the API URL");
+    let config = world.config(Arc::new(code_host));
     let cache = config.cache_dir.clone();
     let source = tokio::task::spawn_blocking(move || GitRepositorySource::open(config))
         .await
@@ -241,7 +241,7 @@ async fn a_failed_credential_lookup_names_the_host_and_runs_no_fetch() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
-    let publisher = GitHubPublisher::new(GitHubConfig {
+    let code_host = GitHubCodeHost::new(GitHubConfig {
         git_hosts: vec![HOST.to_owned()],
         timeout: std::time::Duration::from_secs(5),
         ..GitHubConfig::new(
@@ -249,13 +249,13 @@ async fn a_failed_credential_lookup_names_the_host_and_runs_no_fetch() {
             GitHubAuth::App {
                 app_id: 7,
                 private_key_pem: Secret::new(include_str!(
-                    "../src/publish/github/test-key-pkcs1.pem"
+                    "../src/code_host/github/test-key-pkcs1.pem"
                 )),
             },
         )
     })
     .unwrap();
-    let config = world.config(Arc::new(publisher));
+    let config = world.config(Arc::new(code_host));
     let source = tokio::task::spawn_blocking(move || GitRepositorySource::open(config))
         .await
         .unwrap()
@@ -284,12 +284,12 @@ async fn a_failed_credential_lookup_names_the_host_and_runs_no_fetch() {
 #[tokio::test]
 async fn urls_the_credentials_do_not_serve_are_fetched_without_a_header() {
     let world = World::new();
-    let publisher = GitHubPublisher::new(GitHubConfig::new(
+    let code_host = GitHubCodeHost::new(GitHubConfig::new(
         "https://api.github.com",
         GitHubAuth::Token(Secret::new(TOKEN)),
     ))
     .unwrap();
-    let config = world.config(Arc::new(publisher));
+    let config = world.config(Arc::new(code_host));
     let source = tokio::task::spawn_blocking(move || GitRepositorySource::open(config))
         .await
         .unwrap()

@@ -1369,12 +1369,12 @@ async fn client_gives_up_after_the_reconnect_budget() {
 /// the same idempotency key and a resume name the same batch and create no second task.
 #[tokio::test]
 async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository() {
-    use verdict_backends::publish::{HostedRepository, MemoryPublisher};
+    use verdict_backends::code_host::{HostedRepository, MemoryCodeHost};
     use verdict_backends::repo::MemoryRepositorySource;
 
     let _ = rustls::crypto::ring::default_provider().install_default();
     let repositories = Arc::new(MemoryRepositorySource::new());
-    let publisher = Arc::new(MemoryPublisher::new());
+    let code_host = Arc::new(MemoryCodeHost::new());
     let names = [
         ("api", false, false, "git.example.com"),
         ("web", false, false, "git.example.com"),
@@ -1392,7 +1392,7 @@ async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository(
             HEAD_COMMIT,
             verdict_backends::repo::MemoryTree::new().file("src/lib.rs", "pub fn f() {}\n"),
         );
-        publisher.add_repository(HostedRepository {
+        code_host.add_repository(HostedRepository {
             full_name: format!("acme/{name}"),
             clone_url: url,
             html_url: format!("https://{host}/acme/{name}"),
@@ -1405,7 +1405,7 @@ async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository(
     }
     let (scheduler, registry) = support::memory_scheduler_with(
         repositories,
-        Some(publisher.clone() as Arc<dyn verdict_backends::publish::Publisher>),
+        Some(code_host.clone() as Arc<dyn verdict_backends::code_host::CodeHost>),
     );
     let auth = ApiAuth::new([Secret::new(TOKEN)]).unwrap();
     let router = api::router(scheduler.clone(), auth, registry);
@@ -1484,7 +1484,7 @@ async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository(
     // The same key is the same batch; a resume re-drives it and creates nothing new.
     let again = srv.post_json("/v1/scans", &body).send().await.unwrap();
     assert_eq!(again.json::<Value>().await.unwrap()["id"], id.as_str());
-    let listed_before = publisher.calls();
+    let listed_before = code_host.calls();
     let resumed = srv
         .http
         .post(srv.url(&format!("/v1/scans/{id}/resume")))
@@ -1502,7 +1502,7 @@ async fn an_organisation_scan_is_a_batch_of_one_bulk_scan_per_chosen_repository(
         .collect();
     assert_eq!(ids_after, ids);
     assert_eq!(
-        publisher.calls(),
+        code_host.calls(),
         listed_before,
         "an enumerated batch is not listed again"
     );

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use verdict::dev::DevPool;
 use verdict::runtime::{self, Role};
 use verdict_api::submission::{ReviewSubmission, SubmissionOptions};
-use verdict_backends::publish::Publisher;
+use verdict_backends::code_host::CodeHost;
 use verdict_backends::repo::GitCredentials;
 use verdict_client::milestone;
 use verdict_scheduler::api::{self, ApiAuth};
@@ -73,8 +73,8 @@ async fn dev(args: Args) -> anyhow::Result<ExitCode> {
     let github = runtime::open_github(&config)?;
     let credentials = github.clone().map(|g| g as Arc<dyn GitCredentials>);
     let repositories = runtime::open_repositories(&config, Role::Dev, credentials).await?;
-    let publisher = github.map(|g| g as Arc<dyn Publisher>);
-    let pool = DevPool::start(&config, providers, repositories, publisher, args.workers)?;
+    let code_host = github.map(|g| g as Arc<dyn CodeHost>);
+    let pool = DevPool::start(&config, providers, repositories, code_host, args.workers)?;
     let code = match args.command {
         Some(DevCommand::Review(review)) => run_review(&pool, review).await,
         None => serve(&pool, &config, args.listen).await,

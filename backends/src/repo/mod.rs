@@ -10,7 +10,7 @@
 //! - [`RepoFile`]: one entry of a commit's file listing (path, size, binary), what a scan's
 //!   intake classifies and packs into shards (SPEC S4, X4).
 //! - [`GitCredentials`]: what git sends to a host when fetching over HTTPS (a header for that one
-//!   command, never stored), implemented by the GitHub publisher.
+//!   command, never stored), implemented by the GitHub code host.
 //! - [`git`]: [`GitRepositorySource`], the production backend (the `git` CLI, a bare mirror per
 //!   repository, snapshots extracted with `git archive`).
 //! - `cache`: the size-bounded, least-recently-used snapshot cache behind the git backend; a

@@ -3,7 +3,7 @@
 //! issue analysis into one comment and the labels to apply, and a task's state into a commit
 //! status. Pure: no I/O, no async, no backend calls — the engine reads what is needed (the
 //! result, the diff pieces, the fingerprints already posted, the repository's labels), calls
-//! these functions, and posts the drafts through a `Publisher`.
+//! these functions, and posts the drafts through a `CodeHost`.
 //!
 //! # Layout
 //! - this file: the settings and inputs, [`plan_review`] and [`move_to_body`].

@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use verdict_backends::clock::Clock;
-use verdict_backends::publish::{PublishError, Publisher};
+use verdict_backends::code_host::{CodeHost, CodeHostError};
 use verdict_backends::store::DocumentStore;
 use verdict_proto::budget::Amount;
 use verdict_proto::outcome::FailureKind;
@@ -54,7 +54,7 @@ fn batch_key(id: &str) -> String {
 pub(super) struct Batches {
     documents: Arc<dyn DocumentStore>,
     records: TaskRecords,
-    publisher: Option<Arc<dyn Publisher>>,
+    code_host: Option<Arc<dyn CodeHost>>,
     clock: Arc<dyn Clock>,
     allowlist: RepositoryAllowlist,
     resolver: Arc<dyn HostResolver>,
@@ -111,7 +111,7 @@ impl Batches {
         Batches {
             documents: deps.documents.clone(),
             records: records.clone(),
-            publisher: deps.publisher.clone(),
+            code_host: deps.code_host.clone(),
             clock: deps.clock.clone(),
             allowlist: settings.repositories.clone(),
             resolver: deps.resolver.clone(),
@@ -465,7 +465,7 @@ impl Batches {
         let mut skipped = Vec::new();
         match &batch.source {
             BatchSource::Organisation { name, filters } => {
-                let Some(publisher) = &self.publisher else {
+                let Some(code_host) = &self.code_host else {
                     return Err(Enumeration::Final(
                         "no code host is configured: set [github] to scan an organisation"
                             .to_owned(),
@@ -473,11 +473,12 @@ impl Batches {
                 };
                 let filter = RepositoryFilter::new(filters).map_err(Enumeration::Final)?;
                 let repos =
-                    publisher
+                    code_host
                         .organisation_repositories(name)
                         .await
                         .map_err(|e| match e {
-                            PublishError::RateLimited { .. } | PublishError::Unavailable { .. } => {
+                            CodeHostError::RateLimited { .. }
+                            | CodeHostError::Unavailable { .. } => {
                                 Enumeration::Transient(e.to_string())
                             }
                             other => Enumeration::Final(other.to_string()),

@@ -11,7 +11,7 @@ use verdict_backends::BoxFuture;
 use verdict_backends::broker::memory::MemoryBroker;
 use verdict_backends::broker::{Broker, Delivery, Message, Route};
 use verdict_backends::clock::TokioClock;
-use verdict_backends::publish::{Author, ItemState, MemoryPublisher, PullRequest};
+use verdict_backends::code_host::{Author, ItemState, MemoryCodeHost, PullRequest};
 use verdict_backends::repo::MemoryRepositorySource;
 use verdict_backends::store::memory::MemoryStore;
 use verdict_backends::store::{DocumentStore, InputError, InputStore, StoreError, Versioned};
@@ -40,7 +40,7 @@ pub(super) const INTAKE_TIMEOUT: Duration = Duration::from_secs(300);
 pub(super) const DIFF: &str = "diff --git a/src/cart.rs b/src/cart.rs\n--- a/src/cart.rs\n+++ b/src/cart.rs\n@@ -1,2 +1,3 @@\n fn total() {\n+    apply_coupon();\n }\n";
 
 /// GitHub at `github.com`, publishing in English with approvals allowed and labels applied.
-pub(super) fn code_host() -> super::CodeHostSettings {
+pub(super) fn code_host_settings() -> super::CodeHostSettings {
     super::CodeHostSettings {
         web_host: "github.com".to_owned(),
         publish: verdict_policy::publication::PublishSettings {
@@ -59,7 +59,7 @@ pub(super) struct Fixture {
     pub broker: Arc<MemoryBroker>,
     pub store: Arc<MemoryStore>,
     pub repositories: Arc<MemoryRepositorySource>,
-    pub publisher: Arc<MemoryPublisher>,
+    pub code_host: Arc<MemoryCodeHost>,
     pub deps: SchedulerDeps,
     pub settings: SchedulerSettings,
     pub parts: Parts,
@@ -100,7 +100,7 @@ impl Fixture {
                 .file("src/cart.rs", "fn total() {}\n")
                 .file("vendor/lib/x.go", "package x\n"),
         );
-        let publisher = Arc::new(MemoryPublisher::new());
+        let code_host = Arc::new(MemoryCodeHost::new());
         let metrics = SchedulerMetrics::register(&prometheus::Registry::new()).unwrap();
         let deps = SchedulerDeps {
             broker: broker.clone(),
@@ -110,7 +110,7 @@ impl Fixture {
             inputs,
             repositories: repositories.clone(),
             results: store.clone(),
-            publisher: Some(publisher.clone()),
+            code_host: Some(code_host.clone()),
             resolver: Arc::new(StaticResolver::new()),
             clock: Arc::new(TokioClock::new()),
             metrics,
@@ -138,7 +138,7 @@ impl Fixture {
             queue_stats_interval: Duration::from_secs(3600),
             stall_after: STALL_AFTER,
             recover_after: RECOVER_AFTER,
-            code_host: Some(code_host()),
+            code_host: Some(code_host_settings()),
             intake_concurrency: 8,
             intake_backlog: 4096,
             intake_timeout: INTAKE_TIMEOUT,
@@ -160,7 +160,7 @@ impl Fixture {
             broker,
             store,
             repositories,
-            publisher,
+            code_host,
             deps,
             settings,
         }
@@ -232,7 +232,7 @@ impl Fixture {
         };
         self.repositories
             .insert_change(REPO, MAIN_COMMIT, head, DIFF);
-        self.publisher.add_pull_request(
+        self.code_host.add_pull_request(
             PullRequest {
                 item: item.clone(),
                 state: ItemState::Open,

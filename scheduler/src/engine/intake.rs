@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 use verdict_backends::clock::Clock;
-use verdict_backends::publish::{PublishError, Publisher};
+use verdict_backends::code_host::{CodeHost, CodeHostError};
 use verdict_backends::repo::{RepoError, RepositorySource};
 use verdict_backends::store::{InputError, InputStore};
 use verdict_proto::outcome::FailureKind;
@@ -58,7 +58,7 @@ pub(super) struct Intake {
     records: TaskRecords,
     transitions: Transitions,
     repositories: Arc<dyn RepositorySource>,
-    publisher: Option<Arc<dyn Publisher>>,
+    code_host: Option<Arc<dyn CodeHost>>,
     inputs: Arc<dyn InputStore>,
     clock: Arc<dyn Clock>,
     allowlist: RepositoryAllowlist,
@@ -277,15 +277,15 @@ impl Refused {
     }
 
     /// A code-host error while reading the task's pull request or issue.
-    fn host(what: &str, error: &PublishError) -> Refused {
+    fn host(what: &str, error: &CodeHostError) -> Refused {
         Refused {
             kind: match error {
-                PublishError::NotFound { .. } => FailureKind::NotFound,
-                PublishError::Denied { .. } => FailureKind::Auth,
-                PublishError::RateLimited { .. } => FailureKind::RateLimited,
-                PublishError::Rejected { .. } => FailureKind::InvalidRequest,
-                PublishError::Unavailable { .. } => FailureKind::RepositoryUnavailable,
-                PublishError::Protocol { .. } => FailureKind::Internal,
+                CodeHostError::NotFound { .. } => FailureKind::NotFound,
+                CodeHostError::Denied { .. } => FailureKind::Auth,
+                CodeHostError::RateLimited { .. } => FailureKind::RateLimited,
+                CodeHostError::Rejected { .. } => FailureKind::InvalidRequest,
+                CodeHostError::Unavailable { .. } => FailureKind::RepositoryUnavailable,
+                CodeHostError::Protocol { .. } => FailureKind::Internal,
             },
             reason: format!("cannot read {what}: {error}"),
         }
@@ -307,7 +307,7 @@ impl Intake {
             records: records.clone(),
             transitions: transitions.clone(),
             repositories: deps.repositories.clone(),
-            publisher: deps.publisher.clone(),
+            code_host: deps.code_host.clone(),
             inputs: deps.inputs.clone(),
             clock: deps.clock.clone(),
             allowlist: settings.repositories.clone(),
@@ -723,8 +723,8 @@ impl Intake {
     }
 
     /// The code host, for a task that needs one.
-    fn publisher(&self) -> Result<&dyn Publisher, Refused> {
-        self.publisher.as_deref().ok_or_else(|| Refused {
+    fn code_host(&self) -> Result<&dyn CodeHost, Refused> {
+        self.code_host.as_deref().ok_or_else(|| Refused {
             kind: FailureKind::InvalidRequest,
             reason: "the task names a GitHub pull request or issue, but this scheduler has no GitHub configured; set [github] (docs/github.md)".to_owned(),
         })
@@ -750,7 +750,7 @@ impl Intake {
         let item = &github.item;
         let what = format!("issue {}#{}", item.repo, item.number);
         let issue = self
-            .publisher()?
+            .code_host()?
             .issue(item)
             .await
             .map_err(|e| Refused::host(&what, &e))?;
@@ -818,7 +818,7 @@ impl Intake {
                 let item = &github.item;
                 let what = format!("pull request {}#{}", item.repo, item.number);
                 let pull = self
-                    .publisher()?
+                    .code_host()?
                     .pull_request(item)
                     .await
                     .map_err(|e| Refused::host(&what, &e))?;
@@ -1193,12 +1193,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_issue_given_by_url_is_read_from_the_host_with_its_repository() {
-        use verdict_backends::publish::{Author, Issue, ItemState};
+        use verdict_backends::code_host::{Author, Issue, ItemState};
         let fx = Fixture::new();
         let item = fx.pull_request(7, FEATURE);
         let issue_item = verdict_proto::publication::ItemRef { number: 12, ..item };
         fx.repositories.insert_revision(REPO, "HEAD", MAIN_COMMIT);
-        fx.publisher.add_issue(Issue {
+        fx.code_host.add_issue(Issue {
             item: issue_item.clone(),
             state: ItemState::Open,
             title: "Crash on empty cart".to_owned(),
@@ -1255,12 +1255,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_repository_the_allowlist_refuses_is_never_fetched() {
-        use verdict_backends::publish::{Author, ItemState, PullRequest};
+        use verdict_backends::code_host::{Author, ItemState, PullRequest};
         let fx = Fixture::new();
         let item = fx.pull_request(7, FEATURE);
         let task = fx.queued_pull_request_review(&item, false).await;
         // The host hands out a clone URL the API never saw.
-        fx.publisher.add_pull_request(
+        fx.code_host.add_pull_request(
             PullRequest {
                 item: item.clone(),
                 state: ItemState::Open,

@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use verdict_backends::broker::{Broker, BrokerError, Route};
 use verdict_backends::clock::Clock;
-use verdict_backends::publish::Publisher;
+use verdict_backends::code_host::CodeHost;
 use verdict_backends::repo::RepositorySource;
 use verdict_backends::store::{
     BudgetLedger, CancelSignals, Capacity, DocumentStore, EventLog, InputStore, Liveness,
@@ -118,7 +118,7 @@ pub struct SchedulerDeps {
     pub results: Arc<dyn ResultStore>,
     /// The code host pull requests and issues are read from and results published to; `None`
     /// when no GitHub is configured (submissions that need one are refused).
-    pub publisher: Option<Arc<dyn Publisher>>,
+    pub code_host: Option<Arc<dyn CodeHost>>,
     /// Resolves the hosts of repositories matched only by an allowlist pattern.
     pub resolver: Arc<dyn HostResolver>,
     pub clock: Arc<dyn Clock>,

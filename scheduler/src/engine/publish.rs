@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 use verdict_backends::clock::Clock;
-use verdict_backends::publish::{PublishError, Publisher};
+use verdict_backends::code_host::{CodeHost, CodeHostError};
 use verdict_backends::store::InputStore;
 use verdict_proto::issue_analysis::IssueAnalysis;
 use verdict_proto::publication::{ItemKind, ItemRef, ReviewDraft};
@@ -70,7 +70,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30 * 60);
 /// Publishes finished tasks; cheap to clone.
 #[derive(Debug, Clone)]
 pub(super) struct Publication {
-    publisher: Option<Arc<dyn Publisher>>,
+    code_host: Option<Arc<dyn CodeHost>>,
     settings: Option<CodeHostSettings>,
     records: TaskRecords,
     progress: Progress,
@@ -102,7 +102,7 @@ impl Publication {
         stop: &CancellationToken,
     ) -> Publication {
         Publication {
-            publisher: deps.publisher.clone(),
+            code_host: deps.code_host.clone(),
             settings,
             records: records.clone(),
             progress: progress.clone(),
@@ -125,7 +125,7 @@ impl Publication {
     /// Sets the pending status of a task to publish that just started, in the background, once;
     /// a failure is logged (the final status replaces it anyway).
     pub fn spawn_started(&self, task: &TaskRecord) {
-        let (Some(publisher), Some(settings)) = (self.publisher.clone(), self.settings.clone())
+        let (Some(code_host), Some(settings)) = (self.code_host.clone(), self.settings.clone())
         else {
             return;
         };
@@ -136,7 +136,7 @@ impl Publication {
             publication::status(&task.id, &head, task.state, None, None, &settings.publish);
         let id = task.id.clone();
         self.background.spawn(async move {
-            if let Err(e) = publisher.set_status(&item.repo, &status).await {
+            if let Err(e) = code_host.set_status(&item.repo, &status).await {
                 tracing::warn!(task = %id, error = %e, "pending commit status not set");
             }
         });
@@ -177,7 +177,7 @@ impl Publication {
             }
             attempt = tokio::time::timeout(ATTEMPT_TIMEOUT, self.attempt(&task).instrument(span.clone())) => match attempt {
                 Ok(attempt) => attempt,
-                Err(_) => Err(PublishError::Unavailable {
+                Err(_) => Err(CodeHostError::Unavailable {
                     reason: format!(
                         "publishing took longer than {} s",
                         ATTEMPT_TIMEOUT.as_secs()
@@ -283,8 +283,8 @@ impl Publication {
     }
 
     /// What the task posts, by kind.
-    async fn attempt(&self, task: &TaskRecord) -> Result<Settled, PublishError> {
-        let (Some(publisher), Some(settings)) = (self.publisher.as_deref(), self.settings.as_ref())
+    async fn attempt(&self, task: &TaskRecord) -> Result<Settled, CodeHostError> {
+        let (Some(code_host), Some(settings)) = (self.code_host.as_deref(), self.settings.as_ref())
         else {
             return Ok(Settled::Nothing(
                 "this scheduler has no GitHub configured; nothing was posted".to_owned(),
@@ -292,19 +292,19 @@ impl Publication {
         };
         match task.pipeline {
             PipelineKind::Multi | PipelineKind::Single => {
-                self.review(publisher, settings, task).await
+                self.review(code_host, settings, task).await
             }
-            PipelineKind::IssueAnalysis => issue(publisher, settings, task).await,
+            PipelineKind::IssueAnalysis => issue(code_host, settings, task).await,
             PipelineKind::Scan => Ok(Settled::Nothing("scans are not published".to_owned())),
         }
     }
 
     async fn review(
         &self,
-        publisher: &dyn Publisher,
+        code_host: &dyn CodeHost,
         settings: &CodeHostSettings,
         task: &TaskRecord,
-    ) -> Result<Settled, PublishError> {
+    ) -> Result<Settled, CodeHostError> {
         let Some((item, head)) = review_head(task) else {
             return Ok(Settled::Nothing(
                 "the task never learnt its pull request's head; nothing was posted".to_owned(),
@@ -324,12 +324,12 @@ impl Publication {
             &settings.publish,
         );
         let settled = self
-            .review_body(publisher, settings, task, &item, &head, result.as_ref())
+            .review_body(code_host, settings, task, &item, &head, result.as_ref())
             .await;
         // The final status even when nothing was posted (it says why); not when the review
         // could not be posted yet: a retry sets it then.
         if settled.is_ok()
-            && let Err(e) = publisher.set_status(&item.repo, &status).await
+            && let Err(e) = code_host.set_status(&item.repo, &status).await
         {
             tracing::warn!(task = %task.id, error = %e, "final commit status not set");
         }
@@ -338,13 +338,13 @@ impl Publication {
 
     async fn review_body(
         &self,
-        publisher: &dyn Publisher,
+        code_host: &dyn CodeHost,
         settings: &CodeHostSettings,
         task: &TaskRecord,
         item: &ItemRef,
         head: &str,
         result: Option<&ReviewResult>,
-    ) -> Result<Settled, PublishError> {
+    ) -> Result<Settled, CodeHostError> {
         if !matches!(
             task.state,
             TaskState::Completed | TaskState::Degraded | TaskState::Skipped
@@ -355,7 +355,7 @@ impl Publication {
                 task.state.as_str()
             )));
         }
-        let posted = publisher.posted(item, ItemKind::PullRequest).await?;
+        let posted = code_host.posted(item, ItemKind::PullRequest).await?;
         if let Some(url) = posted.tasks.get(&task.id) {
             return Ok(Settled::Posted {
                 url: url.clone(),
@@ -377,7 +377,7 @@ impl Publication {
             ReviewPublication::Nothing { why } => return Ok(Settled::Nothing(why)),
             ReviewPublication::Review(plan) => plan,
         };
-        let pull = publisher.pull_request(item).await?;
+        let pull = code_host.pull_request(item).await?;
         if pull.head_sha != head {
             return Ok(Settled::Stale(format!(
                 "the pull request's head moved from {} to {} while the review ran; the stale review was not posted",
@@ -385,15 +385,15 @@ impl Publication {
                 short(&pull.head_sha)
             )));
         }
-        match publisher.create_review(item, &plan.draft).await {
+        match code_host.create_review(item, &plan.draft).await {
             Ok(posted) => Ok(Settled::Posted {
                 url: posted.url,
                 detail: describe(&plan, 0),
             }),
-            Err(PublishError::Rejected { .. }) if !plan.draft.comments.is_empty() => {
-                let refused = refused_comments(publisher, item, head, &plan.draft).await?;
+            Err(CodeHostError::Rejected { .. }) if !plan.draft.comments.is_empty() => {
+                let refused = refused_comments(code_host, item, head, &plan.draft).await?;
                 let moved = publication::move_to_body(&input, &settings.publish, &plan, &refused);
-                let posted = publisher.create_review(item, &moved.draft).await?;
+                let posted = code_host.create_review(item, &moved.draft).await?;
                 Ok(Settled::Posted {
                     url: posted.url,
                     detail: describe(&moved, refused.len()),
@@ -404,7 +404,7 @@ impl Publication {
     }
 
     /// Every changed file's diff piece, as intake stored it.
-    async fn changed_files(&self, task: &TaskRecord) -> Result<Vec<ChangedFile>, PublishError> {
+    async fn changed_files(&self, task: &TaskRecord) -> Result<Vec<ChangedFile>, CodeHostError> {
         let mut files = Vec::with_capacity(task.inputs.diff_files.len());
         for file in &task.inputs.diff_files {
             let diff =
@@ -412,7 +412,7 @@ impl Publication {
                     InputContent::Inline { text } => text.clone(),
                     InputContent::Stored { sha256, .. } => {
                         let bytes = self.inputs.get(sha256).await.map_err(|e| {
-                            PublishError::Unavailable {
+                            CodeHostError::Unavailable {
                                 reason: format!("the diff of {} cannot be read: {e}", file.path),
                             }
                         })?;
@@ -432,10 +432,10 @@ impl Publication {
 
 /// The issue analysis's comment, and the suggested labels the repository defines.
 async fn issue(
-    publisher: &dyn Publisher,
+    code_host: &dyn CodeHost,
     settings: &CodeHostSettings,
     task: &TaskRecord,
-) -> Result<Settled, PublishError> {
+) -> Result<Settled, CodeHostError> {
     let Some(github) = &task.github else {
         return Ok(Settled::Nothing("the task names no issue".to_owned()));
     };
@@ -458,17 +458,17 @@ async fn issue(
             task.state.as_str()
         )));
     };
-    let posted = publisher.posted(item, ItemKind::Issue).await?;
+    let posted = code_host.posted(item, ItemKind::Issue).await?;
     let url = match posted.tasks.get(&task.id) {
         Some(url) => url.clone(),
-        None => publisher.create_comment(item, &comment.body).await?.url,
+        None => code_host.create_comment(item, &comment.body).await?.url,
     };
     let mut detail = "the analysis was posted as a comment".to_owned();
     if settings.apply_labels && !comment.labels.is_empty() {
-        let defined = publisher.labels(&item.repo).await?;
+        let defined = code_host.labels(&item.repo).await?;
         let apply = labels_to_apply(&comment.labels, &defined);
         if !apply.is_empty() {
-            publisher.add_labels(item, &apply).await?;
+            code_host.add_labels(item, &apply).await?;
         }
         detail.push_str(&format!("; labels applied: {}", apply.join(", ")));
     }
@@ -478,14 +478,14 @@ async fn issue(
 /// The inline comments of `draft` the host refuses, checked one at a time. When it accepts each
 /// alone, the refusal was about their combination, which cannot be pinned down: all move.
 async fn refused_comments(
-    publisher: &dyn Publisher,
+    code_host: &dyn CodeHost,
     item: &ItemRef,
     head: &str,
     draft: &ReviewDraft,
-) -> Result<Vec<usize>, PublishError> {
+) -> Result<Vec<usize>, CodeHostError> {
     let mut refused = Vec::new();
     for (i, comment) in draft.comments.iter().enumerate() {
-        if !publisher.accepts_comment(item, head, comment).await? {
+        if !code_host.accepts_comment(item, head, comment).await? {
             refused.push(i);
         }
     }

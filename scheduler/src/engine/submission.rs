@@ -453,7 +453,7 @@ mod tests {
             },
             language: Language::En,
             review_timeout: Duration::from_secs(600),
-            code_host: Some(crate::engine::fixture::code_host()),
+            code_host: Some(crate::engine::fixture::code_host_settings()),
             limits: TextLimits::new(1 << 20),
         }
     }

@@ -36,19 +36,19 @@ pub fn memory_scheduler(
 #[allow(dead_code)] // not every test crate using this module reads a code host
 pub fn memory_scheduler_with(
     repositories: Arc<MemoryRepositorySource>,
-    publisher: Option<Arc<dyn verdict_backends::publish::Publisher>>,
+    code_host: Option<Arc<dyn verdict_backends::code_host::CodeHost>>,
 ) -> (Arc<Scheduler>, prometheus::Registry) {
-    memory_scheduler_on(repositories, publisher, |_| {})
+    memory_scheduler_on(repositories, code_host, |_| {})
 }
 
 /// [`memory_scheduler_with`] over any repository source, with `tweak` applied to the settings.
 #[allow(dead_code)] // not every test crate using this module needs another source
 pub fn memory_scheduler_on(
     repositories: Arc<dyn RepositorySource>,
-    publisher: Option<Arc<dyn verdict_backends::publish::Publisher>>,
+    code_host: Option<Arc<dyn verdict_backends::code_host::CodeHost>>,
     tweak: impl FnOnce(&mut SchedulerSettings),
 ) -> (Arc<Scheduler>, prometheus::Registry) {
-    memory_scheduler_over(Arc::new(MemoryStore::new()), repositories, publisher, tweak)
+    memory_scheduler_over(Arc::new(MemoryStore::new()), repositories, code_host, tweak)
 }
 
 /// [`memory_scheduler_on`] over a store the test holds too (to set its pressure, say).
@@ -56,7 +56,7 @@ pub fn memory_scheduler_on(
 pub fn memory_scheduler_over(
     store: Arc<MemoryStore>,
     repositories: Arc<dyn RepositorySource>,
-    publisher: Option<Arc<dyn verdict_backends::publish::Publisher>>,
+    code_host: Option<Arc<dyn verdict_backends::code_host::CodeHost>>,
     tweak: impl FnOnce(&mut SchedulerSettings),
 ) -> (Arc<Scheduler>, prometheus::Registry) {
     let registry = prometheus::Registry::new();
@@ -73,7 +73,7 @@ pub fn memory_scheduler_over(
         archive: store.clone(),
         capacity: store,
         repositories,
-        publisher,
+        code_host,
         resolver: Arc::new(StaticResolver::new()),
         clock: Arc::new(SystemClock),
         metrics: SchedulerMetrics::register(&registry).expect("metrics register once"),

@@ -12,10 +12,10 @@ use verdict_proto::outcome::FailureKind;
 use verdict_proto::transcript::{CallPurpose, TranscriptEntry};
 use verdict_proto::wire::EventType;
 
-use super::budget;
 use super::context::CallContext;
 use super::conversation::Conversation;
 use super::limits::{self, Admission};
+use super::sizing;
 use super::turns::finalise_if_due;
 use crate::journal;
 use crate::provider::{
@@ -187,7 +187,7 @@ pub(super) async fn ai_call(
         // Sized to the model's context window, when it is known: the output limit cut to the
         // room the prompt leaves, or the call not sent at all when no answer would fit.
         let sized = match ctx.route.provider.context_window(ctx.cancel).await {
-            Some(window) => budget::size(
+            Some(window) => sizing::size(
                 &mut request,
                 &provider,
                 window,
@@ -321,7 +321,7 @@ async fn constraint_for(ctx: &CallContext<'_>, request: &ChatRequest) -> Option<
     }
     // Lists no longer than the call's output limit holds: the answer ends inside it.
     let output_tokens = match provider.context_window(ctx.cancel).await {
-        Some(window) => Some(budget::output_tokens(
+        Some(window) => Some(sizing::output_tokens(
             request,
             window,
             provider.output_limit(),

@@ -123,7 +123,7 @@ fn demands(limits: ModelLimits, tokens: u64) -> Vec<Demand> {
 /// produce (`max_tokens`).
 pub(super) fn estimated_tokens(request: &ChatRequest, output_tokens: u32) -> u64 {
     let prompt =
-        super::budget::prompt_tokens(&request.messages, super::budget::tool_bytes(&request.tools));
+        super::sizing::prompt_tokens(&request.messages, super::sizing::tool_bytes(&request.tools));
     let output = request.max_tokens.unwrap_or(output_tokens);
     prompt.saturating_add(u64::from(output))
 }

@@ -20,7 +20,6 @@
 //! - [`ground`]: the answer's findings checked against the snapshot (corrected, or demoted when
 //!   repair cannot fix them).
 
-mod budget;
 mod call;
 mod context;
 mod conversation;
@@ -28,6 +27,7 @@ mod fit;
 mod ground;
 mod limits;
 mod repair;
+mod sizing;
 mod turns;
 
 use std::collections::HashMap;
@@ -413,17 +413,17 @@ impl StageExecutor {
             Some(window) => {
                 let tool_bytes = toolbox
                     .as_ref()
-                    .map_or(0, |t| budget::tool_bytes(&t.definitions()));
+                    .map_or(0, |t| sizing::tool_bytes(&t.definitions()));
                 let frame =
                     prompt::initial_messages(request, &[], &boundary, toolbox.is_some(), None);
-                let budget = budget::evidence_bytes(
+                let room = sizing::evidence_bytes(
                     window,
                     provider.output_limit(),
-                    budget::prompt_tokens(&frame, tool_bytes + fit::NOTE_BYTES),
+                    sizing::prompt_tokens(&frame, tool_bytes + fit::NOTE_BYTES),
                     inputs.len(),
                     toolbox.is_some(),
                 );
-                fit::fit(inputs, budget, window)
+                fit::fit(inputs, room, window)
             }
             None => (inputs, None),
         };

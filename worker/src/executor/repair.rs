@@ -239,9 +239,9 @@ async fn repair_call(
     let conversation_text = match conversation_text {
         Some(text) if matches!(problem, Problem::Protocol(_)) => {
             let window = ctx.route.provider().context_window(ctx.cancel).await;
-            let prompt = super::budget::prompt_tokens(conv.messages(), text.len() + 16);
+            let prompt = super::sizing::prompt_tokens(conv.messages(), text.len() + 16);
             match window {
-                Some(window) if !super::budget::fits(window, prompt) => {
+                Some(window) if !super::sizing::fits(window, prompt) => {
                     tracing::info!(
                         window,
                         prompt,

@@ -35,7 +35,7 @@ pub use config::{AmqpConfig, url_problem};
 
 use self::config::Node;
 use self::link::{LinkCell, Role};
-use self::publish::{Publisher, Target};
+use self::publish::{CodeHost, Target};
 use self::topology::{DELAY_HEADER, Topology};
 use super::{
     Broker, BrokerError, BrokerHealth, DEAD_LETTER_REASON_HEADER, Deliveries, Message,
@@ -60,12 +60,12 @@ struct Shared {
     /// The URL's nodes, in the order written.
     nodes: Vec<Node>,
     topology: Topology,
-    /// Publisher channels, delayed publishes, declaring and deleting the topology.
+    /// CodeHost channels, delayed publishes, declaring and deleting the topology.
     publishing: LinkCell,
     /// Subscriptions and their acknowledgements, dead letters taken, queue counts.
     consuming: LinkCell,
     /// Confirm-mode channels, each with at most one unconfirmed publish (see `publish`).
-    publishers: Vec<tokio::sync::Mutex<Option<Publisher>>>,
+    publishers: Vec<tokio::sync::Mutex<Option<CodeHost>>>,
     /// Where the next publish starts looking for a free channel.
     next_publisher: AtomicUsize,
     subscriptions: Mutex<Vec<Arc<consume::Subscription>>>,
@@ -313,7 +313,7 @@ impl AmqpBroker {
             .drain(..)
             .collect();
         for slot in &self.shared.publishers {
-            channels.extend(slot.lock().await.take().map(Publisher::into_channel));
+            channels.extend(slot.lock().await.take().map(CodeHost::into_channel));
         }
         // Each channel closed while the connection is still up: a channel merely dropped closes
         // itself later in lapin's background, and that close, failing against the closing

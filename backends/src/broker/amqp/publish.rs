@@ -36,12 +36,12 @@ const NACK_PAUSE_MAX: Duration = Duration::from_secs(1);
 const DISCARD_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The publisher channel of one connection generation.
-pub(super) struct Publisher {
+pub(super) struct CodeHost {
     generation: u64,
     channel: Channel,
 }
 
-impl Publisher {
+impl CodeHost {
     /// The channel, for closing it.
     pub(super) fn into_channel(self) -> Channel {
         self.channel
@@ -89,7 +89,7 @@ impl Shared {
                     Some(channel) => channel,
                     None => {
                         let channel = open(&link.connection).await?;
-                        *slot = Some(Publisher {
+                        *slot = Some(CodeHost {
                             generation: link.generation,
                             channel: channel.clone(),
                         });
@@ -189,7 +189,7 @@ impl Shared {
 
     /// The first publisher channel no publish holds, starting after the last one handed out so
     /// the channels are used evenly; when all are busy, the next in turn.
-    async fn free_publisher(&self) -> tokio::sync::MutexGuard<'_, Option<Publisher>> {
+    async fn free_publisher(&self) -> tokio::sync::MutexGuard<'_, Option<CodeHost>> {
         let count = self.publishers.len();
         let start = self.next_publisher.fetch_add(1, Ordering::Relaxed) % count;
         for offset in 0..count {

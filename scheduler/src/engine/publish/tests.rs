@@ -2,7 +2,7 @@
 //! posted for each outcome, once, never stale, and what happens when the host refuses or fails.
 
 use serde_json::{Value, json};
-use verdict_backends::publish::{Author, Issue, ItemState, MemoryPublisher};
+use verdict_backends::code_host::{Author, Issue, ItemState, MemoryCodeHost};
 use verdict_proto::outcome::{FailureKind, StageOutcome};
 use verdict_proto::publication::{CommitState, ReviewEvent};
 use verdict_proto::wire::{StageKind, StageResult, Usage, WIRE_VERSION};
@@ -105,8 +105,8 @@ fn publication(task: &TaskRecord) -> &PublicationRecord {
     task.publication.as_ref().unwrap()
 }
 
-fn host(fx: &Fixture) -> &MemoryPublisher {
-    &fx.publisher
+fn host(fx: &Fixture) -> &MemoryCodeHost {
+    &fx.code_host
 }
 
 #[tokio::test(start_paused = true)]
@@ -319,7 +319,7 @@ async fn a_host_that_is_down_is_retried_by_the_sweeper_after_a_backoff() {
     let fx = Fixture::new();
     let (task, item) = running_review(&fx, HEAD).await;
     fx.settle().await;
-    host(&fx).fail_next([PublishError::Unavailable {
+    host(&fx).fail_next([CodeHostError::Unavailable {
         reason: "502 Bad Gateway".to_owned(),
     }]);
 

@@ -1,5 +1,5 @@
-//! One conformance suite for the [`Publisher`] trait: every behaviour a caller may rely on is one
-//! check function, run on `MemoryPublisher` and on `GitHubPublisher` against the fake GitHub
+//! One conformance suite for the [`CodeHost`] trait: every behaviour a caller may rely on is one
+//! check function, run on `MemoryCodeHost` and on `GitHubCodeHost` against the fake GitHub
 //! server of the test kit (a real HTTP server speaking GitHub's wire format under `/api/v3`,
 //! which refuses what GitHub refuses), so `verdict dev` and the scheduler's tests see what
 //! production sees. Seeding (pull requests with their diffs, pushes, issues, labels) and reading
@@ -27,9 +27,9 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use verdict_backends::publish::github::{GitHubAuth, GitHubConfig, GitHubPublisher};
-use verdict_backends::publish::{
-    Author, HostedRepository, Issue, ItemState, MemoryPublisher, PublishError, Publisher,
+use verdict_backends::code_host::github::{GitHubAuth, GitHubCodeHost, GitHubConfig};
+use verdict_backends::code_host::{
+    Author, CodeHost, CodeHostError, HostedRepository, Issue, ItemState, MemoryCodeHost,
     PullRequest,
 };
 use verdict_backends::secret::Secret;
@@ -191,33 +191,33 @@ struct SeenStatus {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The harness: one publisher per test, and what the trait leaves to each backend
+// The harness: one code host per test, and what the trait leaves to each backend
 
 enum Backend {
-    Memory(Arc<MemoryPublisher>),
+    Memory(Arc<MemoryCodeHost>),
     GitHub(FakeGitHub),
 }
 
 struct Harness {
-    publisher: Arc<dyn Publisher>,
+    code_host: Arc<dyn CodeHost>,
     backend: Backend,
 }
 
 impl Harness {
     fn memory() -> Harness {
-        let memory = Arc::new(MemoryPublisher::new());
+        let memory = Arc::new(MemoryCodeHost::new());
         Harness {
-            publisher: memory.clone(),
+            code_host: memory.clone(),
             backend: Backend::Memory(memory),
         }
     }
 
-    /// `GitHubPublisher` authenticated as the App installed on acme/shop, against a fresh fake.
+    /// `GitHubCodeHost` authenticated as the App installed on acme/shop, against a fresh fake.
     async fn github() -> Harness {
         let fake = github_fake().await;
-        let publisher = Arc::new(GitHubPublisher::new(app_config(&fake)).unwrap());
+        let code_host = Arc::new(GitHubCodeHost::new(app_config(&fake)).unwrap());
         Harness {
-            publisher,
+            code_host,
             backend: Backend::GitHub(fake),
         }
     }
@@ -229,8 +229,8 @@ impl Harness {
         }
     }
 
-    fn publisher(&self) -> &dyn Publisher {
-        self.publisher.as_ref()
+    fn code_host(&self) -> &dyn CodeHost {
+        self.code_host.as_ref()
     }
 
     fn add_pull_request(&self, seed: &PullSeed) {
@@ -593,7 +593,7 @@ async fn an_organisations_repositories_are_listed_over_every_page(h: &Harness) {
     shuffled.reverse();
     h.add_org_repositories(&shuffled);
     let listed = h
-        .publisher()
+        .code_host()
         .organisation_repositories("BigOrg")
         .await
         .unwrap();
@@ -601,7 +601,7 @@ async fn an_organisations_repositories_are_listed_over_every_page(h: &Harness) {
     assert_eq!(listed.iter().filter(|r| r.archived).count(), 13);
     assert_eq!(listed.iter().filter(|r| r.fork).count(), 19);
     assert_not_found(
-        h.publisher().organisation_repositories("no-such-org").await,
+        h.code_host().organisation_repositories("no-such-org").await,
         "organisation no-such-org",
     );
 }
@@ -627,9 +627,9 @@ fn review(event: ReviewEvent, body: &str, comments: Vec<DraftComment>) -> Review
     }
 }
 
-fn assert_not_found(result: Result<impl std::fmt::Debug, PublishError>, what: &str) {
+fn assert_not_found(result: Result<impl std::fmt::Debug, CodeHostError>, what: &str) {
     match result {
-        Err(PublishError::NotFound { what: said }) => {
+        Err(CodeHostError::NotFound { what: said }) => {
             assert!(said.contains(what), "`{said}` names `{what}`");
         }
         other => panic!("{what}: expected NotFound, got {other:?}"),
@@ -637,9 +637,9 @@ fn assert_not_found(result: Result<impl std::fmt::Debug, PublishError>, what: &s
 }
 
 /// GitHub's refusal of an inline comment it cannot place.
-fn assert_refused_placement(result: Result<impl std::fmt::Debug, PublishError>) {
+fn assert_refused_placement(result: Result<impl std::fmt::Debug, CodeHostError>) {
     match result {
-        Err(PublishError::Rejected { message, errors }) => {
+        Err(CodeHostError::Rejected { message, errors }) => {
             let said = format!("{message} {}", errors.join(" "));
             assert!(said.contains("Pull request review thread"), "{said}");
         }
@@ -670,7 +670,7 @@ async fn pull_requests_are_read_as_the_host_has_them(h: &Harness) {
         ..PullSeed::new(9)
     });
 
-    let pull = h.publisher().pull_request(&item(7)).await.unwrap();
+    let pull = h.code_host().pull_request(&item(7)).await.unwrap();
     assert_eq!(pull.item, item(7));
     assert_eq!(pull.state, ItemState::Open);
     assert!(pull.draft);
@@ -699,15 +699,15 @@ async fn pull_requests_are_read_as_the_host_has_them(h: &Harness) {
         pull.html_url
     );
 
-    let merged = h.publisher().pull_request(&item(8)).await.unwrap();
+    let merged = h.code_host().pull_request(&item(8)).await.unwrap();
     assert_eq!(merged.state, ItemState::Merged);
     assert_eq!(merged.body, None);
     assert!(!merged.draft && !merged.author.bot);
-    let closed = h.publisher().pull_request(&item(9)).await.unwrap();
+    let closed = h.code_host().pull_request(&item(9)).await.unwrap();
     assert_eq!(closed.state, ItemState::Closed);
 
     h.push(7, NEXT_SHA, NEXT_DIFF);
-    let pushed = h.publisher().pull_request(&item(7)).await.unwrap();
+    let pushed = h.code_host().pull_request(&item(7)).await.unwrap();
     assert_eq!(pushed.head_sha, NEXT_SHA, "the head moves with a push");
     assert_eq!(pushed.base_sha, BASE_SHA);
 }
@@ -724,7 +724,7 @@ async fn issues_are_read_as_the_host_has_them(h: &Harness) {
         body: None,
         ..IssueSeed::new(4)
     });
-    let issue = h.publisher().issue(&item(3)).await.unwrap();
+    let issue = h.code_host().issue(&item(3)).await.unwrap();
     assert_eq!(issue.item, item(3));
     assert_eq!(issue.state, ItemState::Open);
     assert_eq!(issue.title, "Issue 3");
@@ -743,7 +743,7 @@ async fn issues_are_read_as_the_host_has_them(h: &Harness) {
         "{}",
         issue.html_url
     );
-    let closed = h.publisher().issue(&item(4)).await.unwrap();
+    let closed = h.code_host().issue(&item(4)).await.unwrap();
     assert_eq!(closed.state, ItemState::Closed);
     assert!(closed.author.bot);
     assert_eq!(closed.body, None);
@@ -752,7 +752,7 @@ async fn issues_are_read_as_the_host_has_them(h: &Harness) {
 async fn items_that_do_not_exist_are_not_found(h: &Harness) {
     h.add_pull_request(&PullSeed::new(7));
     h.add_issue(&IssueSeed::new(3));
-    let p = h.publisher();
+    let p = h.code_host();
     assert_not_found(p.pull_request(&item(99)).await, "acme/shop#99");
     assert_not_found(p.issue(&item(98)).await, "acme/shop#98");
     assert_not_found(p.pull_request(&item(3)).await, "acme/shop#3");
@@ -795,7 +795,7 @@ async fn a_review_inside_the_diff_is_posted_once_with_its_event(h: &Harness) {
             comment(Some(21), 23, "y, z and w repeat x"),
         ],
     );
-    let posted = h.publisher().create_review(&item(7), &draft).await.unwrap();
+    let posted = h.code_host().create_review(&item(7), &draft).await.unwrap();
     assert!(posted.url.contains("/acme/shop/pull/7"), "{}", posted.url);
     assert_eq!(
         h.reviews(7),
@@ -816,7 +816,7 @@ async fn a_review_inside_the_diff_is_posted_once_with_its_event(h: &Harness) {
     );
 
     let approve = review(ReviewEvent::Approve, "", vec![]);
-    h.publisher()
+    h.code_host()
         .create_review(&item(7), &approve)
         .await
         .unwrap();
@@ -826,11 +826,11 @@ async fn a_review_inside_the_diff_is_posted_once_with_its_event(h: &Harness) {
     // A comment or request for changes needs words.
     let wordless = review(ReviewEvent::Comment, " ", vec![]);
     let e = h
-        .publisher()
+        .code_host()
         .create_review(&item(7), &wordless)
         .await
         .unwrap_err();
-    assert!(matches!(e, PublishError::Rejected { .. }), "{e:?}");
+    assert!(matches!(e, CodeHostError::Rejected { .. }), "{e:?}");
     assert_eq!(h.reviews(7).len(), 2);
 }
 
@@ -843,7 +843,7 @@ async fn a_review_on_an_earlier_head_is_still_accepted(h: &Harness) {
         "On the old head.",
         vec![comment(None, 22, "y")],
     );
-    h.publisher().create_review(&item(7), &old).await.unwrap();
+    h.code_host().create_review(&item(7), &old).await.unwrap();
     let new = ReviewDraft {
         commit_id: NEXT_SHA.to_owned(),
         comments: vec![DraftComment {
@@ -854,7 +854,7 @@ async fn a_review_on_an_earlier_head_is_still_accepted(h: &Harness) {
         }],
         ..review(ReviewEvent::Comment, "On the new head.", vec![])
     };
-    h.publisher().create_review(&item(7), &new).await.unwrap();
+    h.code_host().create_review(&item(7), &new).await.unwrap();
     let commits: Vec<String> = h.reviews(7).into_iter().map(|r| r.commit_id).collect();
     assert_eq!(commits, [HEAD_SHA, NEXT_SHA]);
 
@@ -867,18 +867,18 @@ async fn a_review_on_an_earlier_head_is_still_accepted(h: &Harness) {
             vec![comment(None, 22, "y")],
         )
     };
-    assert_refused_placement(h.publisher().create_review(&item(7), &stale).await);
+    assert_refused_placement(h.code_host().create_review(&item(7), &stale).await);
     // A commit that was never a head of the pull request.
     let foreign = ReviewDraft {
         commit_id: "4444444444444444444444444444444444444444".to_owned(),
         ..review(ReviewEvent::Comment, "Elsewhere.", vec![])
     };
     let e = h
-        .publisher()
+        .code_host()
         .create_review(&item(7), &foreign)
         .await
         .unwrap_err();
-    assert!(matches!(e, PublishError::Rejected { .. }), "{e:?}");
+    assert!(matches!(e, CodeHostError::Rejected { .. }), "{e:?}");
     assert_eq!(h.reviews(7).len(), 2);
 }
 
@@ -904,7 +904,7 @@ async fn one_comment_outside_the_diff_refuses_the_whole_review(h: &Harness) {
             "Mixed.",
             vec![inside.clone(), bad.clone()],
         );
-        let result = h.publisher().create_review(&item(7), &draft).await;
+        let result = h.code_host().create_review(&item(7), &draft).await;
         assert!(result.is_err(), "{case}: {result:?}");
         assert_refused_placement(result);
         assert_eq!(h.reviews(7), [], "{case}: nothing posted");
@@ -914,7 +914,7 @@ async fn one_comment_outside_the_diff_refuses_the_whole_review(h: &Harness) {
 
 async fn accepts_comment_answers_and_leaves_nothing_behind(h: &Harness) {
     h.add_pull_request(&PullSeed::new(7));
-    let p = h.publisher();
+    let p = h.code_host();
     let cases = [
         (comment(None, 2, "added line"), true),
         (comment(None, 1, "context line"), true),
@@ -931,7 +931,7 @@ async fn accepts_comment_answers_and_leaves_nothing_behind(h: &Harness) {
     assert_eq!(h.reviews(7), [], "nothing submitted");
     assert_eq!(h.pending_reviews(7), 0, "nothing left pending");
     assert!(
-        h.publisher()
+        h.code_host()
             .posted(&item(7), ItemKind::PullRequest)
             .await
             .unwrap()
@@ -947,7 +947,7 @@ async fn accepts_comment_answers_and_leaves_nothing_behind(h: &Harness) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(e, PublishError::Rejected { .. }), "{e:?}");
+    assert!(matches!(e, CodeHostError::Rejected { .. }), "{e:?}");
     assert_not_found(
         p.accepts_comment(&item(99), HEAD_SHA, &comment(None, 2, "x"))
             .await,
@@ -958,7 +958,7 @@ async fn accepts_comment_answers_and_leaves_nothing_behind(h: &Harness) {
 async fn posted_finds_markers_but_not_in_pending_reviews(h: &Harness) {
     h.add_pull_request(&PullSeed::new(7));
     h.add_issue(&IssueSeed::new(3));
-    let p = h.publisher();
+    let p = h.code_host();
     let empty = p.posted(&item(7), ItemKind::PullRequest).await.unwrap();
     assert!(empty.tasks.is_empty() && empty.findings.is_empty());
 
@@ -1023,7 +1023,7 @@ async fn posted_finds_markers_but_not_in_pending_reviews(h: &Harness) {
 
 async fn statuses_are_set_with_descriptions_cut_to_140_characters(h: &Harness) {
     h.add_pull_request(&PullSeed::new(7));
-    let p = h.publisher();
+    let p = h.code_host();
     let running = StatusDraft {
         sha: HEAD_SHA.to_owned(),
         state: CommitState::Pending,
@@ -1069,13 +1069,13 @@ async fn statuses_are_set_with_descriptions_cut_to_140_characters(h: &Harness) {
         ..running
     };
     let e = p.set_status(&repo(), &unknown).await.unwrap_err();
-    assert!(matches!(e, PublishError::Rejected { .. }), "{e:?}");
+    assert!(matches!(e, CodeHostError::Rejected { .. }), "{e:?}");
 }
 
 async fn comments_are_posted_on_issues_and_pull_requests(h: &Harness) {
     h.add_pull_request(&PullSeed::new(7));
     h.add_issue(&IssueSeed::new(3));
-    let p = h.publisher();
+    let p = h.code_host();
     let on_issue = p.create_comment(&item(3), "Analysis: …").await.unwrap();
     let on_pull = p.create_comment(&item(7), "Neutral note.").await.unwrap();
     assert_ne!(on_issue.id, on_pull.id);
@@ -1095,7 +1095,7 @@ async fn labels_are_listed_and_applied_and_new_ones_created(h: &Harness) {
     });
     h.add_pull_request(&PullSeed::new(7));
     h.define_labels(&["bug", "triage", "ui"]);
-    let p = h.publisher();
+    let p = h.code_host();
     let mut listed = p.labels(&repo()).await.unwrap();
     listed.sort();
     assert_eq!(listed, ["bug", "triage", "ui"]);
@@ -1117,9 +1117,9 @@ async fn labels_are_listed_and_applied_and_new_ones_created(h: &Harness) {
 // ---------------------------------------------------------------------------------------------
 // GitHub only: authentication, the wire, failures
 
-/// A `GitHubPublisher` on `fake` with `auth` and `timeout`.
-fn publisher(fake: &FakeGitHub, auth: GitHubAuth, timeout: Duration) -> GitHubPublisher {
-    GitHubPublisher::new(GitHubConfig {
+/// A `GitHubCodeHost` on `fake` with `auth` and `timeout`.
+fn code_host(fake: &FakeGitHub, auth: GitHubAuth, timeout: Duration) -> GitHubCodeHost {
+    GitHubCodeHost::new(GitHubConfig {
         timeout,
         ..GitHubConfig::new(fake.api_url(), auth)
     })
@@ -1148,7 +1148,7 @@ async fn the_app_jwt_only_finds_the_installation_and_gets_one_token_for_many_cal
     h.add_issue(&IssueSeed::new(3));
     h.define_labels(&["bug"]);
     // Many callers at once share one lookup and one exchange.
-    let p = h.publisher.clone();
+    let p = h.code_host.clone();
     let calls = (0..8).map(|_| {
         let p = p.clone();
         tokio::spawn(async move { p.pull_request(&item(7)).await })
@@ -1157,9 +1157,9 @@ async fn the_app_jwt_only_finds_the_installation_and_gets_one_token_for_many_cal
         within("a pull request read", call).await.unwrap().unwrap();
     }
     for _ in 0..3 {
-        h.publisher().issue(&item(3)).await.unwrap();
-        h.publisher().labels(&repo()).await.unwrap();
-        h.publisher()
+        h.code_host().issue(&item(3)).await.unwrap();
+        h.code_host().labels(&repo()).await.unwrap();
+        h.code_host()
             .posted(&item(7), ItemKind::PullRequest)
             .await
             .unwrap();
@@ -1192,7 +1192,7 @@ async fn an_installation_token_near_its_expiry_is_replaced() {
     fake.add_pull_request(FakePullRequest::new(
         OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
     ));
-    let p = GitHubPublisher::new(app_config(&fake)).unwrap();
+    let p = GitHubCodeHost::new(app_config(&fake)).unwrap();
     // Tokens living less than the five minutes of margin are never reused.
     fake.set_token_lifetime(Duration::from_secs(4 * 60));
     p.pull_request(&item(7)).await.unwrap();
@@ -1224,7 +1224,7 @@ async fn an_installation_token_near_its_expiry_is_replaced() {
 async fn an_app_not_installed_on_the_repository_is_not_found_and_says_so() {
     let fake = github_fake().await;
     fake.add_repository(OWNER, "elsewhere", "/srv/repos/acme/elsewhere");
-    let p = GitHubPublisher::new(app_config(&fake)).unwrap();
+    let p = GitHubCodeHost::new(app_config(&fake)).unwrap();
     let elsewhere = ItemRef {
         repo: RepoId {
             owner: OWNER.to_owned(),
@@ -1233,7 +1233,7 @@ async fn an_app_not_installed_on_the_repository_is_not_found_and_says_so() {
         number: 1,
     };
     let e = p.pull_request(&elsewhere).await.unwrap_err();
-    assert!(matches!(e, PublishError::NotFound { .. }), "{e:?}");
+    assert!(matches!(e, CodeHostError::NotFound { .. }), "{e:?}");
     let text = e.to_string();
     assert!(text.contains("GitHub App 42 on acme/elsewhere"), "{text}");
     assert!(text.contains("is installed on the repository"), "{text}");
@@ -1245,7 +1245,7 @@ async fn an_organisation_is_listed_with_type_all_a_hundred_a_page_along_the_link
     let h = Harness::github().await;
     h.add_org_repositories(&org_repositories(&h.fake().web_url()));
     let listed = h
-        .publisher()
+        .code_host()
         .organisation_repositories("bigorg")
         .await
         .unwrap();
@@ -1269,7 +1269,7 @@ async fn a_personal_token_is_used_as_is() {
     fake.add_pull_request(FakePullRequest::new(
         OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
     ));
-    let p = publisher(&fake, pat(), Duration::from_secs(10));
+    let p = code_host(&fake, pat(), Duration::from_secs(10));
     let pull = p.pull_request(&item(7)).await.unwrap();
     assert_eq!(pull.head_sha, HEAD_SHA);
     p.create_comment(&item(7), "hello").await.unwrap();
@@ -1280,14 +1280,14 @@ async fn a_personal_token_is_used_as_is() {
     }
     assert_eq!(fake.issue_comments(OWNER, REPO, 7)[0].user, "fake-user");
 
-    let wrong = publisher(
+    let wrong = code_host(
         &fake,
         GitHubAuth::Token(Secret::new("ghp_notAcceptedAnywhere0123456789abcdef")),
         Duration::from_secs(10),
     );
     let e = wrong.pull_request(&item(7)).await.unwrap_err();
     assert!(
-        matches!(e, PublishError::Denied { status: 401, .. }),
+        matches!(e, CodeHostError::Denied { status: 401, .. }),
         "{e:?}"
     );
     assert!(e.to_string().contains("Bad credentials"), "{e}");
@@ -1307,13 +1307,13 @@ async fn the_enterprise_base_path_is_kept_and_the_user_agent_is_verdicts() {
         &many.iter().map(String::as_str).collect::<Vec<_>>(),
     );
     let slash =
-        GitHubPublisher::new(GitHubConfig::new(format!("{}/", fake.api_url()), pat())).unwrap();
+        GitHubCodeHost::new(GitHubConfig::new(format!("{}/", fake.api_url()), pat())).unwrap();
     assert!(fake.api_url().ends_with("/api/v3"));
     slash.pull_request(&item(7)).await.unwrap();
     let mut labels = slash.labels(&repo()).await.unwrap();
     labels.sort();
     assert_eq!(labels, many, "every page");
-    let app = GitHubPublisher::new(app_config(&fake)).unwrap();
+    let app = GitHubCodeHost::new(app_config(&fake)).unwrap();
     app.pull_request(&item(7)).await.unwrap();
 
     let requests = fake.requests();
@@ -1356,7 +1356,7 @@ async fn rate_limits_are_reported_with_their_waits_and_not_retried() {
     fake.add_pull_request(FakePullRequest::new(
         OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
     ));
-    let p = publisher(&fake, pat(), Duration::from_secs(10));
+    let p = code_host(&fake, pat(), Duration::from_secs(10));
     let reset = (unix_now() + 90).to_string();
     fake.fail_next_with_headers(
         "GET",
@@ -1367,7 +1367,7 @@ async fn rate_limits_are_reported_with_their_waits_and_not_retried() {
             "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"}),
     );
     let e = p.pull_request(&item(7)).await.unwrap_err();
-    let PublishError::RateLimited {
+    let CodeHostError::RateLimited {
         retry_after,
         message,
     } = &e
@@ -1410,7 +1410,7 @@ async fn rate_limits_are_reported_with_their_waits_and_not_retried() {
     );
     let e = p.create_comment(&item(7), "x").await.unwrap_err();
     assert!(
-        matches!(e, PublishError::Denied { status: 403, .. }),
+        matches!(e, CodeHostError::Denied { status: 403, .. }),
         "{e:?}"
     );
     assert!(e.to_string().contains("Resource not accessible"), "{e}");
@@ -1425,7 +1425,7 @@ async fn a_failed_read_is_retried_and_a_failed_write_is_not() {
     fake.add_pull_request(FakePullRequest::new(
         OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
     ));
-    let p = publisher(&fake, pat(), Duration::from_secs(10));
+    let p = code_host(&fake, pat(), Duration::from_secs(10));
     fake.fail_next(
         "GET",
         PULL_7,
@@ -1446,7 +1446,7 @@ async fn a_failed_read_is_retried_and_a_failed_write_is_not() {
         );
     }
     let e = p.pull_request(&item(7)).await.unwrap_err();
-    assert!(matches!(e, PublishError::Unavailable { .. }), "{e:?}");
+    assert!(matches!(e, CodeHostError::Unavailable { .. }), "{e:?}");
     assert_eq!(requests_to(&fake, "GET", PULL_7).len(), 5);
 
     let comments = "/repos/acme/shop/issues/7/comments";
@@ -1457,7 +1457,7 @@ async fn a_failed_read_is_retried_and_a_failed_write_is_not() {
         serde_json::json!({"message": "Server Error"}),
     );
     let e = p.create_comment(&item(7), "once").await.unwrap_err();
-    assert!(matches!(e, PublishError::Unavailable { .. }), "{e:?}");
+    assert!(matches!(e, CodeHostError::Unavailable { .. }), "{e:?}");
     assert!(e.retryable());
     assert_eq!(
         requests_to(&fake, "POST", comments).len(),
@@ -1472,13 +1472,13 @@ async fn a_hanging_endpoint_is_unavailable_within_the_timeout() {
     fake.add_pull_request(FakePullRequest::new(
         OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
     ));
-    let p = publisher(&fake, pat(), Duration::from_millis(300));
+    let p = code_host(&fake, pat(), Duration::from_millis(300));
     fake.hang("GET", PULL_7);
     fake.hang("POST", "/repos/acme/shop/pulls/7/reviews");
     let e = within("a read of a hanging endpoint", p.pull_request(&item(7)))
         .await
         .unwrap_err();
-    assert!(matches!(e, PublishError::Unavailable { .. }), "{e:?}");
+    assert!(matches!(e, CodeHostError::Unavailable { .. }), "{e:?}");
     assert!(e.to_string().contains("pull request acme/shop#7"), "{e}");
     let draft = review(ReviewEvent::Comment, "Hello.", vec![]);
     let e = within(
@@ -1487,7 +1487,7 @@ async fn a_hanging_endpoint_is_unavailable_within_the_timeout() {
     )
     .await
     .unwrap_err();
-    assert!(matches!(e, PublishError::Unavailable { .. }), "{e:?}");
+    assert!(matches!(e, CodeHostError::Unavailable { .. }), "{e:?}");
     assert_eq!(
         requests_to(&fake, "POST", "/repos/acme/shop/pulls/7/reviews").len(),
         1
@@ -1506,7 +1506,7 @@ async fn a_leftover_pending_review_is_deleted_before_the_review_is_posted() {
         "The review.",
         vec![comment(None, 2, "b")],
     );
-    h.publisher().create_review(&item(7), &draft).await.unwrap();
+    h.code_host().create_review(&item(7), &draft).await.unwrap();
     assert_eq!(h.pending_reviews(7), 0);
     assert_eq!(h.reviews(7).len(), 1);
     let fake = h.fake();
@@ -1536,7 +1536,7 @@ async fn a_leftover_pending_review_is_deleted_before_the_review_is_posted() {
     // The probe too.
     h.leave_pending_review(7, "another", "probe").await;
     assert!(
-        h.publisher()
+        h.code_host()
             .accepts_comment(&item(7), HEAD_SHA, &comment(None, 2, "b"))
             .await
             .unwrap()
@@ -1550,10 +1550,10 @@ async fn no_credential_appears_in_any_error() {
     fake.add_pull_request(FakePullRequest::new(
         OWNER, REPO, 7, BASE_SHA, HEAD_SHA, DIFF,
     ));
-    let app = GitHubPublisher::new(app_config(&fake)).unwrap();
+    let app = GitHubCodeHost::new(app_config(&fake)).unwrap();
     app.pull_request(&item(7)).await.unwrap();
     let token = requests_to(&fake, "GET", PULL_7)[0].token.clone().unwrap();
-    let pat_publisher = publisher(&fake, pat(), Duration::from_millis(300));
+    let pat_publisher = code_host(&fake, pat(), Duration::from_millis(300));
     let jwt_like = app_jwt(APP_ID, TEST_APP_PRIVATE_KEY);
 
     // How many times each call asks: a 401 makes the App exchange a new token and ask once
@@ -1583,7 +1583,7 @@ async fn no_credential_appears_in_any_error() {
         .expect("every injected failure was used up by the calls above");
     fake.hang("GET", "/repos/acme/shop/issues/3");
     errors.push(pat_publisher.issue(&item(3)).await.unwrap_err());
-    let unknown = publisher(
+    let unknown = code_host(
         &fake,
         GitHubAuth::Token(Secret::new("not-a-known-token-xyz")),
         Duration::from_secs(5),

@@ -17,7 +17,7 @@ use verdict_proto::publication::RepoId;
 use super::client::Api;
 use super::wire;
 use crate::clock::Clock;
-use crate::publish::PublishError;
+use crate::code_host::CodeHostError;
 use crate::secret::Secret;
 
 /// How long before its expiry an installation token is replaced.
@@ -82,7 +82,7 @@ impl AppKey {
     }
 
     /// The App's JWT at `now` (Unix seconds).
-    pub fn jwt(&self, now: u64) -> Result<Secret, PublishError> {
+    pub fn jwt(&self, now: u64) -> Result<Secret, CodeHostError> {
         let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256","typ":"JWT"}"#);
         let claims = serde_json::json!({
             "iat": now.saturating_sub(CLOCK_SKEW_SECS),
@@ -99,7 +99,7 @@ impl AppKey {
                 signed.as_bytes(),
                 &mut signature,
             )
-            .map_err(|_| PublishError::Unavailable {
+            .map_err(|_| CodeHostError::Unavailable {
                 reason: "the GitHub App JWT could not be signed (no system randomness)".to_owned(),
             })?;
         Ok(Secret::new(format!(
@@ -185,7 +185,7 @@ impl App {
     }
 
     /// The installation token for `repo`: cached, or looked up and exchanged now.
-    pub async fn token(&self, api: &Api, repo: &RepoId) -> Result<Secret, PublishError> {
+    pub async fn token(&self, api: &Api, repo: &RepoId) -> Result<Secret, CodeHostError> {
         let installation = self.installation(api, repo).await?;
         self.installation_token(api, repo, installation).await
     }
@@ -193,7 +193,7 @@ impl App {
     /// The installation token for organisation `org` (its installation looked up with
     /// `GET /orgs/{org}/installation`, cached under the organisation with an empty name, which
     /// no repository has).
-    pub async fn organisation_token(&self, api: &Api, org: &str) -> Result<Secret, PublishError> {
+    pub async fn organisation_token(&self, api: &Api, org: &str) -> Result<Secret, CodeHostError> {
         let key = RepoId {
             owner: org.to_owned(),
             name: String::new(),
@@ -229,7 +229,7 @@ impl App {
         api: &Api,
         repo: &RepoId,
         installation: u64,
-    ) -> Result<Secret, PublishError> {
+    ) -> Result<Secret, CodeHostError> {
         let slot = slot(&self.tokens, &installation);
         // Held across the exchange: the callers behind it find the fresh token.
         let mut held = slot.lock().await;
@@ -252,7 +252,7 @@ impl App {
         {
             Ok(issued) => issued,
             Err(e) => {
-                if matches!(e, PublishError::NotFound { .. }) {
+                if matches!(e, CodeHostError::NotFound { .. }) {
                     // Uninstalled (and maybe installed again under a new id): look it up anew.
                     self.forget_installation(repo);
                 }
@@ -260,7 +260,7 @@ impl App {
             }
         };
         let expires_at = chrono::DateTime::parse_from_rfc3339(&issued.expires_at)
-            .map_err(|e| PublishError::Protocol {
+            .map_err(|e| CodeHostError::Protocol {
                 reason: format!(
                     "{what}: the token's expires_at `{}` is not an RFC 3339 time: {e}",
                     issued.expires_at
@@ -279,7 +279,7 @@ impl App {
     }
 
     /// The installation covering `repo`, looked up once with the App's JWT.
-    async fn installation(&self, api: &Api, repo: &RepoId) -> Result<u64, PublishError> {
+    async fn installation(&self, api: &Api, repo: &RepoId) -> Result<u64, CodeHostError> {
         let slot = slot(&self.installations, repo);
         let mut held = slot.lock().await;
         if let Some(id) = *held {

@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error;
-use crate::publish::PublishError;
+use crate::code_host::CodeHostError;
 use crate::secret::Secret;
 
 /// Items per page of a list (GitHub's maximum).
@@ -96,7 +96,7 @@ impl Api {
         route: &str,
         credential: &Secret,
         what: &str,
-    ) -> Result<R, PublishError> {
+    ) -> Result<R, CodeHostError> {
         let uri = self.route(route, what)?;
         read_with_retries(|| {
             self.exchange::<(), R>(
@@ -117,7 +117,7 @@ impl Api {
         route: &str,
         credential: &Secret,
         what: &str,
-    ) -> Result<Vec<R>, PublishError> {
+    ) -> Result<Vec<R>, CodeHostError> {
         let separator = if route.contains('?') { '&' } else { '?' };
         let mut next = Some(self.route(&format!("{route}{separator}per_page={PER_PAGE}"), what)?);
         let mut items = Vec::new();
@@ -125,7 +125,7 @@ impl Api {
         while let Some(uri) = next.take() {
             pages += 1;
             if pages > MAX_PAGES {
-                return Err(PublishError::Protocol {
+                return Err(CodeHostError::Protocol {
                     reason: format!("{what}: more than {MAX_PAGES} pages"),
                 });
             }
@@ -153,7 +153,7 @@ impl Api {
         body: &B,
         credential: &Secret,
         what: &str,
-    ) -> Result<R, PublishError> {
+    ) -> Result<R, CodeHostError> {
         let uri = self.route(route, what)?;
         self.exchange(
             &self.writes,
@@ -172,7 +172,7 @@ impl Api {
         route: &str,
         credential: &Secret,
         what: &str,
-    ) -> Result<R, PublishError> {
+    ) -> Result<R, CodeHostError> {
         let uri = self.route(route, what)?;
         self.exchange::<(), R>(&self.writes, Method::DELETE, uri, None, credential, what)
             .await
@@ -180,19 +180,19 @@ impl Api {
 
     /// A path under the base URL (octocrab's base-URI layer puts the base, path included, in
     /// front).
-    fn route(&self, route: &str, what: &str) -> Result<Uri, PublishError> {
-        route.parse().map_err(|e| PublishError::Protocol {
+    fn route(&self, route: &str, what: &str) -> Result<Uri, CodeHostError> {
+        route.parse().map_err(|e| CodeHostError::Protocol {
             reason: format!("{what}: the request path `{route}` is not a URI: {e}"),
         })
     }
 
     /// A URL GitHub gave (a next page), accepted only on the API's own host, so a credential
     /// never goes anywhere else.
-    fn own(&self, uri: Uri, what: &str) -> Result<Uri, PublishError> {
+    fn own(&self, uri: Uri, what: &str) -> Result<Uri, CodeHostError> {
         match uri.authority() {
             Some(a) if a.as_str().eq_ignore_ascii_case(&self.authority) => Ok(uri),
             None => Ok(uri),
-            Some(other) => Err(PublishError::Protocol {
+            Some(other) => Err(CodeHostError::Protocol {
                 reason: format!(
                     "{what}: the next page is on another host ({other}, the API is {})",
                     self.authority
@@ -210,9 +210,9 @@ impl Api {
         body: Option<&B>,
         credential: &Secret,
         what: &str,
-    ) -> Result<R, PublishError> {
+    ) -> Result<R, CodeHostError> {
         let mut authorization = HeaderValue::from_str(&format!("Bearer {}", credential.expose()))
-            .map_err(|_| PublishError::Protocol {
+            .map_err(|_| CodeHostError::Protocol {
             reason: format!(
                 "{what}: the credential contains characters not allowed in an HTTP header"
             ),
@@ -238,10 +238,10 @@ impl Api {
 
 /// Runs `read` again (after a short, jittered pause) while it fails transiently: 5xx, connection
 /// trouble, timeouts. A rate limit is not retried here: the caller waits as GitHub asked.
-async fn read_with_retries<T, F, Fut>(read: F) -> Result<T, PublishError>
+async fn read_with_retries<T, F, Fut>(read: F) -> Result<T, CodeHostError>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, PublishError>>,
+    Fut: Future<Output = Result<T, CodeHostError>>,
 {
     read.retry(
         ExponentialBuilder::default()
@@ -251,7 +251,7 @@ where
             .with_jitter(),
     )
     .sleep(tokio::time::sleep)
-    .when(|e| matches!(e, PublishError::Unavailable { .. }))
+    .when(|e| matches!(e, CodeHostError::Unavailable { .. }))
     .await
 }
 

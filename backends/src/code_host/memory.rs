@@ -1,4 +1,4 @@
-//! [`MemoryPublisher`]: pull requests and issues held in memory, with GitHub's rules where a
+//! [`MemoryCodeHost`]: pull requests and issues held in memory, with GitHub's rules where a
 //! caller can tell — a review is all or nothing, an inline comment must lie inside one hunk's
 //! new-side lines of the diff at the review's commit (else the whole review is refused with
 //! GitHub's own 422 words), labels that do not exist are created when applied. For unit tests
@@ -13,7 +13,7 @@ use verdict_proto::publication::{
 };
 
 use super::{
-    HostedRepository, Issue, Posted, PostedItem, PublishError, Publisher, PullRequest,
+    CodeHost, CodeHostError, HostedRepository, Issue, Posted, PostedItem, PullRequest,
     collect_posted,
 };
 use crate::BoxFuture;
@@ -61,14 +61,14 @@ struct State {
     organisations: BTreeMap<String, BTreeMap<String, HostedRepository>>,
     next_id: u64,
     /// Errors the next calls return, in order (fault injection).
-    failures: VecDeque<PublishError>,
+    failures: VecDeque<CodeHostError>,
     probes: usize,
     calls: usize,
 }
 
 /// An in-memory code host (see the module documentation).
 #[derive(Debug, Default)]
-pub struct MemoryPublisher {
+pub struct MemoryCodeHost {
     state: Mutex<State>,
 }
 
@@ -76,22 +76,22 @@ fn key(item: &ItemRef) -> (RepoId, u64) {
     (item.repo.clone(), item.number)
 }
 
-fn not_found(kind: &str, item: &ItemRef) -> PublishError {
-    PublishError::NotFound {
+fn not_found(kind: &str, item: &ItemRef) -> CodeHostError {
+    CodeHostError::NotFound {
         what: format!("{kind} {}#{}", item.repo, item.number),
     }
 }
 
-fn rejected(error: &str) -> PublishError {
-    PublishError::Rejected {
+fn rejected(error: &str) -> CodeHostError {
+    CodeHostError::Rejected {
         message: "Unprocessable Entity".to_owned(),
         errors: vec![error.to_owned()],
     }
 }
 
-impl MemoryPublisher {
-    pub fn new() -> MemoryPublisher {
-        MemoryPublisher::default()
+impl MemoryCodeHost {
+    pub fn new() -> MemoryCodeHost {
+        MemoryCodeHost::default()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -151,7 +151,7 @@ impl MemoryPublisher {
     }
 
     /// The next calls (of any method) fail with these errors, in order.
-    pub fn fail_next(&self, errors: impl IntoIterator<Item = PublishError>) {
+    pub fn fail_next(&self, errors: impl IntoIterator<Item = CodeHostError>) {
         self.lock().failures.extend(errors);
     }
 
@@ -187,7 +187,7 @@ impl MemoryPublisher {
         self.lock().statuses.get(repo).cloned().unwrap_or_default()
     }
 
-    /// How many inline comments were checked with [`Publisher::accepts_comment`].
+    /// How many inline comments were checked with [`CodeHost::accepts_comment`].
     pub fn probes(&self) -> usize {
         self.lock().probes
     }
@@ -198,7 +198,7 @@ impl MemoryPublisher {
     }
 
     /// Counts the call and returns the injected failure, if one is due.
-    fn begin(&self) -> Result<MutexGuard<'_, State>, PublishError> {
+    fn begin(&self) -> Result<MutexGuard<'_, State>, CodeHostError> {
         let mut state = self.lock();
         state.calls += 1;
         match state.failures.pop_front() {
@@ -223,18 +223,18 @@ fn refusal(zone: &CommentableLines, comment: &DraftComment) -> Option<&'static s
 }
 
 impl Item {
-    fn zone(&self, commit: &str) -> Result<&CommentableLines, PublishError> {
+    fn zone(&self, commit: &str) -> Result<&CommentableLines, CodeHostError> {
         self.diffs
             .get(commit)
             .ok_or_else(|| rejected("commit_id is not part of the pull request"))
     }
 }
 
-impl Publisher for MemoryPublisher {
+impl CodeHost for MemoryCodeHost {
     fn pull_request<'a>(
         &'a self,
         item: &'a ItemRef,
-    ) -> BoxFuture<'a, Result<PullRequest, PublishError>> {
+    ) -> BoxFuture<'a, Result<PullRequest, CodeHostError>> {
         Box::pin(async move {
             let state = self.begin()?;
             state
@@ -245,7 +245,7 @@ impl Publisher for MemoryPublisher {
         })
     }
 
-    fn issue<'a>(&'a self, item: &'a ItemRef) -> BoxFuture<'a, Result<Issue, PublishError>> {
+    fn issue<'a>(&'a self, item: &'a ItemRef) -> BoxFuture<'a, Result<Issue, CodeHostError>> {
         Box::pin(async move {
             let state = self.begin()?;
             state
@@ -260,7 +260,7 @@ impl Publisher for MemoryPublisher {
         &'a self,
         item: &'a ItemRef,
         kind: ItemKind,
-    ) -> BoxFuture<'a, Result<Posted, PublishError>> {
+    ) -> BoxFuture<'a, Result<Posted, CodeHostError>> {
         Box::pin(async move {
             let state = self.begin()?;
             let Some(entry) = state.items.get(&key(item)) else {
@@ -293,7 +293,7 @@ impl Publisher for MemoryPublisher {
         &'a self,
         item: &'a ItemRef,
         draft: &'a ReviewDraft,
-    ) -> BoxFuture<'a, Result<PostedItem, PublishError>> {
+    ) -> BoxFuture<'a, Result<PostedItem, CodeHostError>> {
         Box::pin(async move {
             let mut state = self.begin()?;
             let entry = state
@@ -310,7 +310,7 @@ impl Publisher for MemoryPublisher {
             if let Some(error) = draft.comments.iter().find_map(|c| refusal(zone, c)) {
                 return Err(rejected(error));
             }
-            let id = MemoryPublisher::next_id(&mut state);
+            let id = MemoryCodeHost::next_id(&mut state);
             let url = format!(
                 "memory://{}/pull/{}#pullrequestreview-{id}",
                 item.repo, item.number
@@ -332,7 +332,7 @@ impl Publisher for MemoryPublisher {
         item: &'a ItemRef,
         commit: &'a str,
         comment: &'a DraftComment,
-    ) -> BoxFuture<'a, Result<bool, PublishError>> {
+    ) -> BoxFuture<'a, Result<bool, CodeHostError>> {
         Box::pin(async move {
             let mut state = self.begin()?;
             state.probes += 1;
@@ -348,7 +348,7 @@ impl Publisher for MemoryPublisher {
         &'a self,
         repo: &'a RepoId,
         status: &'a StatusDraft,
-    ) -> BoxFuture<'a, Result<(), PublishError>> {
+    ) -> BoxFuture<'a, Result<(), CodeHostError>> {
         Box::pin(async move {
             let mut state = self.begin()?;
             // As GitHub: a status needs a commit the repository has (here: a pull request's
@@ -375,13 +375,13 @@ impl Publisher for MemoryPublisher {
         &'a self,
         item: &'a ItemRef,
         body: &'a str,
-    ) -> BoxFuture<'a, Result<PostedItem, PublishError>> {
+    ) -> BoxFuture<'a, Result<PostedItem, CodeHostError>> {
         Box::pin(async move {
             let mut state = self.begin()?;
             if !state.items.contains_key(&key(item)) {
                 return Err(not_found("issue", item));
             }
-            let id = MemoryPublisher::next_id(&mut state);
+            let id = MemoryCodeHost::next_id(&mut state);
             let url = format!(
                 "memory://{}/issues/{}#issuecomment-{id}",
                 item.repo, item.number
@@ -397,14 +397,14 @@ impl Publisher for MemoryPublisher {
         })
     }
 
-    fn labels<'a>(&'a self, repo: &'a RepoId) -> BoxFuture<'a, Result<Vec<String>, PublishError>> {
+    fn labels<'a>(&'a self, repo: &'a RepoId) -> BoxFuture<'a, Result<Vec<String>, CodeHostError>> {
         Box::pin(async move {
             let state = self.begin()?;
             // As on GitHub, a repository nobody told this host about does not exist.
             let known =
                 state.repo_labels.contains_key(repo) || state.items.keys().any(|(r, _)| r == repo);
             if !known {
-                return Err(PublishError::NotFound {
+                return Err(CodeHostError::NotFound {
                     what: format!("repository {repo}"),
                 });
             }
@@ -416,7 +416,7 @@ impl Publisher for MemoryPublisher {
         &'a self,
         item: &'a ItemRef,
         labels: &'a [String],
-    ) -> BoxFuture<'a, Result<(), PublishError>> {
+    ) -> BoxFuture<'a, Result<(), CodeHostError>> {
         Box::pin(async move {
             let mut state = self.begin()?;
             if !state.items.contains_key(&key(item)) {
@@ -455,14 +455,14 @@ impl Publisher for MemoryPublisher {
     fn organisation_repositories<'a>(
         &'a self,
         org: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<HostedRepository>, PublishError>> {
+    ) -> BoxFuture<'a, Result<Vec<HostedRepository>, CodeHostError>> {
         Box::pin(async move {
             let state = self.begin()?;
             state
                 .organisations
                 .get(&org.to_ascii_lowercase())
                 .map(|repos| repos.values().cloned().collect())
-                .ok_or_else(|| PublishError::NotFound {
+                .ok_or_else(|| CodeHostError::NotFound {
                     what: format!("organisation {org}"),
                 })
         })

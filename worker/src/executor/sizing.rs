@@ -1,4 +1,4 @@
-//! Context budgeting: every call is sized to fit the model's context window — prompt, tool
+//! Call sizing: every call is sized to fit the model's context window — prompt, tool
 //! results and the output it may write, with a margin — so a small local model is never sent a
 //! request its server refuses (`exceed_context_size_error`) or left to run on until the window
 //! is full.

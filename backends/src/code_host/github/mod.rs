@@ -1,19 +1,19 @@
-//! [`GitHubPublisher`]: the [`Publisher`] trait over GitHub's REST API (github.com or GitHub
+//! [`GitHubCodeHost`]: the [`CodeHost`] trait over GitHub's REST API (github.com or GitHub
 //! Enterprise at `https://HOST/api/v3`), authenticated as a GitHub App (an installation token per
 //! repository's installation) or with a personal token, and the [`GitCredentials`] that let git
 //! fetch the same repositories over HTTPS with the same token.
 //!
 //! # Layout
-//! - this file: configuration, the publisher, how each trait method maps to GitHub's endpoints.
+//! - this file: configuration, the code host, how each trait method maps to GitHub's endpoints.
 //! - `auth`: the App's JWT (RS256 with ring) and the installation and token caches.
 //! - `client`: octocrab on reqwest — per-request credentials, timeouts, read retries, pages.
-//! - `error`: GitHub's answers as [`PublishError`]s.
+//! - `error`: GitHub's answers as [`CodeHostError`]s.
 //! - `wire`: the JSON payloads read and sent.
 //!
 //! # What a caller can rely on
 //! - Reads are retried a few times on 5xx, connection trouble and timeouts; writes never are (a
 //!   write may have landed). The one exception: creating a review (or the pending review of
-//!   [`Publisher::accepts_comment`]) refused because verdict's own account already has a pending
+//!   [`CodeHost::accepts_comment`]) refused because verdict's own account already has a pending
 //!   review on the pull request deletes verdict's pending reviews there and tries once more —
 //!   a pending review is invisible to everyone else, so nothing anyone saw is lost. And an
 //!   installation token GitHub calls bad credentials (revoked early) is replaced and the call
@@ -29,7 +29,7 @@ use verdict_proto::publication::{
 };
 
 use super::{
-    Author, HostedRepository, Issue, ItemState, Posted, PostedItem, PublishError, Publisher,
+    Author, CodeHost, CodeHostError, HostedRepository, Issue, ItemState, Posted, PostedItem,
     PullRequest, collect_posted,
 };
 use crate::BoxFuture;
@@ -50,7 +50,7 @@ pub const GITHUB_API_URL: &str = "https://api.github.com";
 /// The longest commit-status description GitHub takes.
 pub const MAX_STATUS_DESCRIPTION_CHARS: usize = 140;
 
-/// Configuration of [`GitHubPublisher`].
+/// Configuration of [`GitHubCodeHost`].
 #[derive(Debug, Clone)]
 pub struct GitHubConfig {
     /// The REST root: `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise
@@ -127,7 +127,7 @@ pub enum GitHubConfigError {
     HttpClient { reason: String },
 
     #[error(
-        "the GitHub publisher was created outside a tokio runtime; create it inside the runtime that uses it"
+        "the GitHub code host was created outside a tokio runtime; create it inside the runtime that uses it"
     )]
     NoRuntime,
 }
@@ -140,20 +140,20 @@ enum Auth {
 }
 
 /// Pull requests and issues on GitHub (see the module documentation).
-pub struct GitHubPublisher {
+pub struct GitHubCodeHost {
     api: Api,
     auth: Auth,
     api_url: String,
     git_hosts: Vec<String>,
 }
 
-impl std::fmt::Debug for GitHubPublisher {
+impl std::fmt::Debug for GitHubCodeHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let auth = match &self.auth {
             Auth::Token(_) => "token".to_owned(),
             Auth::App(app) => format!("App {}", app.app_id()),
         };
-        f.debug_struct("GitHubPublisher")
+        f.debug_struct("GitHubCodeHost")
             .field("api_url", &self.api_url)
             .field("auth", &auth)
             .field("git_hosts", &self.git_hosts)
@@ -161,19 +161,19 @@ impl std::fmt::Debug for GitHubPublisher {
     }
 }
 
-impl GitHubPublisher {
+impl GitHubCodeHost {
     /// Checks `config` and builds the client. No request is made: a wrong token or an App that
     /// is not installed shows on the first call. Must be called inside the tokio runtime that
-    /// uses the publisher.
-    pub fn new(config: GitHubConfig) -> Result<GitHubPublisher, GitHubConfigError> {
-        GitHubPublisher::with_clock(config, Arc::new(SystemClock))
+    /// uses the code host.
+    pub fn new(config: GitHubConfig) -> Result<GitHubCodeHost, GitHubConfigError> {
+        GitHubCodeHost::with_clock(config, Arc::new(SystemClock))
     }
 
     /// [`Self::new`] with the clock tokens expire by (tests).
     pub fn with_clock(
         config: GitHubConfig,
         clock: Arc<dyn Clock>,
-    ) -> Result<GitHubPublisher, GitHubConfigError> {
+    ) -> Result<GitHubCodeHost, GitHubConfigError> {
         let api_url = config.api_url.trim().trim_end_matches('/').to_owned();
         let url = parse_api_url(&api_url)?;
         if config.timeout.is_zero() {
@@ -210,7 +210,7 @@ impl GitHubPublisher {
             },
             client::BuildError::Http(reason) => GitHubConfigError::HttpClient { reason },
         })?;
-        Ok(GitHubPublisher {
+        Ok(GitHubCodeHost {
             api,
             auth,
             api_url,
@@ -229,7 +229,7 @@ impl GitHubPublisher {
     }
 
     /// The credential for requests about `repo`.
-    async fn credential(&self, repo: &RepoId) -> Result<Secret, PublishError> {
+    async fn credential(&self, repo: &RepoId) -> Result<Secret, CodeHostError> {
         match &self.auth {
             Auth::Token(token) => Ok(token.clone()),
             Auth::App(app) => app.token(&self.api, repo).await,
@@ -240,15 +240,15 @@ impl GitHubPublisher {
     /// credentials (401: revoked or expired before its time) is dropped and the call made once
     /// more with a new one; that is safe for writes too, since a 401 is decided before anything
     /// is done.
-    async fn with_credential<T, F, Fut>(&self, repo: &RepoId, call: F) -> Result<T, PublishError>
+    async fn with_credential<T, F, Fut>(&self, repo: &RepoId, call: F) -> Result<T, CodeHostError>
     where
         F: Fn(Secret) -> Fut,
-        Fut: Future<Output = Result<T, PublishError>>,
+        Fut: Future<Output = Result<T, CodeHostError>>,
     {
         let credential = self.credential(repo).await?;
         let result = call(credential.clone()).await;
         match (&self.auth, &result) {
-            (Auth::App(app), Err(PublishError::Denied { status: 401, .. })) => {
+            (Auth::App(app), Err(CodeHostError::Denied { status: 401, .. })) => {
                 app.invalidate(&credential).await;
                 let fresh = self.credential(repo).await?;
                 call(fresh).await
@@ -257,7 +257,7 @@ impl GitHubPublisher {
         }
     }
 
-    async fn get_pull(&self, item: &ItemRef) -> Result<PullRequest, PublishError> {
+    async fn get_pull(&self, item: &ItemRef) -> Result<PullRequest, CodeHostError> {
         let what = describe("pull request", item);
         let route = format!("{}/pulls/{}", repo_route(&item.repo, &what)?, item.number);
         let (route, what) = (&route, &what);
@@ -270,7 +270,7 @@ impl GitHubPublisher {
             pull.base
                 .repo
                 .map(|r| r.clone_url)
-                .ok_or_else(|| PublishError::Protocol {
+                .ok_or_else(|| CodeHostError::Protocol {
                     reason: format!("{what}: the base repository is missing"),
                 })?;
         Ok(PullRequest {
@@ -297,7 +297,7 @@ impl GitHubPublisher {
         })
     }
 
-    async fn get_issue(&self, item: &ItemRef) -> Result<Issue, PublishError> {
+    async fn get_issue(&self, item: &ItemRef) -> Result<Issue, CodeHostError> {
         let what = describe("issue", item);
         let repo_route = repo_route(&item.repo, &what)?;
         let (repo_route, what) = (&repo_route, &what);
@@ -308,7 +308,7 @@ impl GitHubPublisher {
                     .get(&format!("{repo_route}/issues/{}", item.number), &c, what)
                     .await?;
                 if issue.pull_request.is_some() {
-                    return Err(PublishError::NotFound {
+                    return Err(CodeHostError::NotFound {
                         what: format!("{what} (it is a pull request)"),
                     });
                 }
@@ -334,7 +334,7 @@ impl GitHubPublisher {
         })
     }
 
-    async fn get_posted(&self, item: &ItemRef, kind: ItemKind) -> Result<Posted, PublishError> {
+    async fn get_posted(&self, item: &ItemRef, kind: ItemKind) -> Result<Posted, CodeHostError> {
         let what = describe(kind_name(kind), item);
         let repo_route = repo_route(&item.repo, &what)?;
         let n = item.number;
@@ -397,7 +397,7 @@ impl GitHubPublisher {
         review: &wire::NewReview<'_>,
         credential: &Secret,
         what: &str,
-    ) -> Result<wire::Review, PublishError> {
+    ) -> Result<wire::Review, CodeHostError> {
         let route = format!(
             "{}/pulls/{}/reviews",
             repo_route(&item.repo, what)?,
@@ -419,7 +419,7 @@ impl GitHubPublisher {
         item: &ItemRef,
         credential: &Secret,
         what: &str,
-    ) -> Result<(), PublishError> {
+    ) -> Result<(), CodeHostError> {
         let route = format!(
             "{}/pulls/{}/reviews",
             repo_route(&item.repo, what)?,
@@ -443,7 +443,7 @@ impl GitHubPublisher {
         &self,
         item: &ItemRef,
         draft: &ReviewDraft,
-    ) -> Result<PostedItem, PublishError> {
+    ) -> Result<PostedItem, CodeHostError> {
         let what = describe("pull request", item);
         let review = wire::NewReview {
             commit_id: checked_sha(&draft.commit_id)?,
@@ -472,7 +472,7 @@ impl GitHubPublisher {
         item: &ItemRef,
         commit: &str,
         comment: &DraftComment,
-    ) -> Result<bool, PublishError> {
+    ) -> Result<bool, CodeHostError> {
         let what = describe("pull request", item);
         let review = wire::NewReview {
             commit_id: checked_sha(commit)?,
@@ -505,7 +505,7 @@ impl GitHubPublisher {
         .await
     }
 
-    async fn post_status(&self, repo: &RepoId, status: &StatusDraft) -> Result<(), PublishError> {
+    async fn post_status(&self, repo: &RepoId, status: &StatusDraft) -> Result<(), CodeHostError> {
         let what = format!("commit {} in {repo}", status.sha);
         let route = format!(
             "{}/statuses/{}",
@@ -527,7 +527,7 @@ impl GitHubPublisher {
         .await
     }
 
-    async fn post_comment(&self, item: &ItemRef, body: &str) -> Result<PostedItem, PublishError> {
+    async fn post_comment(&self, item: &ItemRef, body: &str) -> Result<PostedItem, CodeHostError> {
         let what = describe("issue", item);
         let route = format!(
             "{}/issues/{}/comments",
@@ -548,7 +548,7 @@ impl GitHubPublisher {
         })
     }
 
-    async fn list_labels(&self, repo: &RepoId) -> Result<Vec<String>, PublishError> {
+    async fn list_labels(&self, repo: &RepoId) -> Result<Vec<String>, CodeHostError> {
         let what = format!("repository {repo}");
         let route = format!("{}/labels", repo_route(repo, &what)?);
         let (route, what) = (&route, &what);
@@ -561,7 +561,7 @@ impl GitHubPublisher {
         Ok(labels.into_iter().map(|l| l.name).collect())
     }
 
-    async fn apply_labels(&self, item: &ItemRef, labels: &[String]) -> Result<(), PublishError> {
+    async fn apply_labels(&self, item: &ItemRef, labels: &[String]) -> Result<(), CodeHostError> {
         let what = describe("issue", item);
         let route = format!(
             "{}/issues/{}/labels",
@@ -579,14 +579,14 @@ impl GitHubPublisher {
         .await
     }
 
-    async fn list_organisation(&self, org: &str) -> Result<Vec<HostedRepository>, PublishError> {
+    async fn list_organisation(&self, org: &str) -> Result<Vec<HostedRepository>, CodeHostError> {
         let what = format!("organisation {org}");
         let valid = !org.is_empty()
             && org
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
         if !valid || org == "." || org == ".." {
-            return Err(PublishError::NotFound {
+            return Err(CodeHostError::NotFound {
                 what: format!("{what} (not a GitHub organisation name)"),
             });
         }
@@ -602,7 +602,7 @@ impl GitHubPublisher {
             Auth::App(app) => {
                 let token = app.organisation_token(&self.api, org).await?;
                 match call(token.clone()).await {
-                    Err(PublishError::Denied { status: 401, .. }) => {
+                    Err(CodeHostError::Denied { status: 401, .. }) => {
                         app.invalidate(&token).await;
                         call(app.organisation_token(&self.api, org).await?).await?
                     }
@@ -674,15 +674,15 @@ impl GitHubPublisher {
     }
 }
 
-impl Publisher for GitHubPublisher {
+impl CodeHost for GitHubCodeHost {
     fn pull_request<'a>(
         &'a self,
         item: &'a ItemRef,
-    ) -> BoxFuture<'a, Result<PullRequest, PublishError>> {
+    ) -> BoxFuture<'a, Result<PullRequest, CodeHostError>> {
         Box::pin(self.get_pull(item))
     }
 
-    fn issue<'a>(&'a self, item: &'a ItemRef) -> BoxFuture<'a, Result<Issue, PublishError>> {
+    fn issue<'a>(&'a self, item: &'a ItemRef) -> BoxFuture<'a, Result<Issue, CodeHostError>> {
         Box::pin(self.get_issue(item))
     }
 
@@ -690,7 +690,7 @@ impl Publisher for GitHubPublisher {
         &'a self,
         item: &'a ItemRef,
         kind: ItemKind,
-    ) -> BoxFuture<'a, Result<Posted, PublishError>> {
+    ) -> BoxFuture<'a, Result<Posted, CodeHostError>> {
         Box::pin(self.get_posted(item, kind))
     }
 
@@ -698,7 +698,7 @@ impl Publisher for GitHubPublisher {
         &'a self,
         item: &'a ItemRef,
         draft: &'a ReviewDraft,
-    ) -> BoxFuture<'a, Result<PostedItem, PublishError>> {
+    ) -> BoxFuture<'a, Result<PostedItem, CodeHostError>> {
         Box::pin(self.submit_review(item, draft))
     }
 
@@ -707,7 +707,7 @@ impl Publisher for GitHubPublisher {
         item: &'a ItemRef,
         commit: &'a str,
         comment: &'a DraftComment,
-    ) -> BoxFuture<'a, Result<bool, PublishError>> {
+    ) -> BoxFuture<'a, Result<bool, CodeHostError>> {
         Box::pin(self.probe_comment(item, commit, comment))
     }
 
@@ -715,7 +715,7 @@ impl Publisher for GitHubPublisher {
         &'a self,
         repo: &'a RepoId,
         status: &'a StatusDraft,
-    ) -> BoxFuture<'a, Result<(), PublishError>> {
+    ) -> BoxFuture<'a, Result<(), CodeHostError>> {
         Box::pin(self.post_status(repo, status))
     }
 
@@ -723,11 +723,11 @@ impl Publisher for GitHubPublisher {
         &'a self,
         item: &'a ItemRef,
         body: &'a str,
-    ) -> BoxFuture<'a, Result<PostedItem, PublishError>> {
+    ) -> BoxFuture<'a, Result<PostedItem, CodeHostError>> {
         Box::pin(self.post_comment(item, body))
     }
 
-    fn labels<'a>(&'a self, repo: &'a RepoId) -> BoxFuture<'a, Result<Vec<String>, PublishError>> {
+    fn labels<'a>(&'a self, repo: &'a RepoId) -> BoxFuture<'a, Result<Vec<String>, CodeHostError>> {
         Box::pin(self.list_labels(repo))
     }
 
@@ -735,38 +735,38 @@ impl Publisher for GitHubPublisher {
         &'a self,
         item: &'a ItemRef,
         labels: &'a [String],
-    ) -> BoxFuture<'a, Result<(), PublishError>> {
+    ) -> BoxFuture<'a, Result<(), CodeHostError>> {
         Box::pin(self.apply_labels(item, labels))
     }
 
     fn organisation_repositories<'a>(
         &'a self,
         org: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<HostedRepository>, PublishError>> {
+    ) -> BoxFuture<'a, Result<Vec<HostedRepository>, CodeHostError>> {
         Box::pin(self.list_organisation(org))
     }
 }
 
-impl GitCredentials for GitHubPublisher {
+impl GitCredentials for GitHubCodeHost {
     fn http_headers<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Vec<Secret>, RepoError>> {
         Box::pin(self.git_headers(url))
     }
 }
 
 /// GitHub's 422 for a second pending review by the same account on one pull request.
-fn one_pending_review(error: &PublishError) -> bool {
+fn one_pending_review(error: &CodeHostError) -> bool {
     rejection_says(error, "one pending review")
 }
 
 /// GitHub's 422s for an inline comment it cannot place: a line outside the diff, a range over
 /// two hunks, a start not before the end (all "Pull request review thread …").
-fn outside_diff(error: &PublishError) -> bool {
+fn outside_diff(error: &CodeHostError) -> bool {
     rejection_says(error, "pull request review thread")
 }
 
-fn rejection_says(error: &PublishError, words: &str) -> bool {
+fn rejection_says(error: &CodeHostError, words: &str) -> bool {
     match error {
-        PublishError::Rejected { message, errors } => std::iter::once(message)
+        CodeHostError::Rejected { message, errors } => std::iter::once(message)
             .chain(errors)
             .any(|text| text.to_ascii_lowercase().contains(words)),
         _ => false,
@@ -775,7 +775,7 @@ fn rejection_says(error: &PublishError, words: &str) -> bool {
 
 /// `/repos/OWNER/NAME`, when both are names GitHub could have (letters, digits, `-`, `_`, `.`):
 /// anything else would change the route.
-fn repo_route(repo: &RepoId, what: &str) -> Result<String, PublishError> {
+fn repo_route(repo: &RepoId, what: &str) -> Result<String, CodeHostError> {
     let valid = |s: &str| {
         !s.is_empty()
             && s != "."
@@ -786,18 +786,18 @@ fn repo_route(repo: &RepoId, what: &str) -> Result<String, PublishError> {
     if valid(&repo.owner) && valid(&repo.name) {
         Ok(format!("/repos/{}/{}", repo.owner, repo.name))
     } else {
-        Err(PublishError::NotFound {
+        Err(CodeHostError::NotFound {
             what: format!("{what} (`{repo}` is not a GitHub OWNER/REPO name)"),
         })
     }
 }
 
 /// A commit id as a route segment (hex only), else GitHub's own refusal words.
-fn checked_sha(sha: &str) -> Result<&str, PublishError> {
+fn checked_sha(sha: &str) -> Result<&str, CodeHostError> {
     if !sha.is_empty() && sha.len() <= 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(sha)
     } else {
-        Err(PublishError::Rejected {
+        Err(CodeHostError::Rejected {
             message: "Unprocessable Entity".to_owned(),
             errors: vec![format!(
                 "commit `{}` is not a commit id",
@@ -979,10 +979,10 @@ mod tests {
             ),
         ];
         for (config, expected) in cases {
-            let e = GitHubPublisher::new(config).unwrap_err();
+            let e = GitHubCodeHost::new(config).unwrap_err();
             assert!(e.to_string().contains(expected), "{e}");
         }
-        let e = GitHubPublisher::new(GitHubConfig::new(
+        let e = GitHubCodeHost::new(GitHubConfig::new(
             "https://user:hunter22@ghe.example.com",
             token("t0ken1"),
         ))
@@ -993,16 +993,16 @@ mod tests {
     #[test]
     fn outside_a_runtime_the_publisher_says_so() {
         let e =
-            GitHubPublisher::new(GitHubConfig::new(GITHUB_API_URL, token("t0ken1"))).unwrap_err();
+            GitHubCodeHost::new(GitHubConfig::new(GITHUB_API_URL, token("t0ken1"))).unwrap_err();
         assert_eq!(e, GitHubConfigError::NoRuntime);
     }
 
     #[tokio::test]
     async fn git_hosts_default_to_the_web_host_and_serve_only_https_repositories() {
         let dotcom =
-            GitHubPublisher::new(GitHubConfig::new(GITHUB_API_URL, token("t0ken1"))).unwrap();
+            GitHubCodeHost::new(GitHubConfig::new(GITHUB_API_URL, token("t0ken1"))).unwrap();
         assert_eq!(dotcom.git_hosts(), ["github.com"]);
-        let ghe = GitHubPublisher::new(GitHubConfig::new(
+        let ghe = GitHubCodeHost::new(GitHubConfig::new(
             "https://GHE.example.com/api/v3/",
             token("t0ken1"),
         ))
@@ -1044,12 +1044,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_git_host_with_a_port_matches_only_that_port() {
-        let publisher = GitHubPublisher::new(GitHubConfig {
+        let code_host = GitHubCodeHost::new(GitHubConfig {
             git_hosts: vec!["git.example.com:8443".into()],
             ..GitHubConfig::new(GITHUB_API_URL, token("t0ken1"))
         })
         .unwrap();
-        let served = |url: &str| publisher.served(url).is_some();
+        let served = |url: &str| code_host.served(url).is_some();
         assert!(served("https://git.example.com:8443/a/b.git"));
         assert!(!served("https://git.example.com/a/b.git"));
     }

@@ -1,21 +1,21 @@
-//! Publication to a code host (SPEC G1–G3, X1, X2): the [`Publisher`] trait — what the scheduler
+//! Publication to a code host (SPEC G1–G3, X1, X2): the [`CodeHost`] trait — what the scheduler
 //! reads of a pull request or issue before and while it publishes, and the few writes it makes —
 //! with the GitHub implementation and an in-memory one that behaves the same where a caller can
-//! tell (`backends/tests/publisher.rs` runs one suite on both).
+//! tell (`backends/tests/code_host.rs` runs one suite on both).
 //!
 //! The trait speaks `verdict_proto::publication`'s drafts; what a review says is decided by the
 //! scheduler. An implementation only carries it: it maps drafts to the host's wire format, reports
-//! the host's refusals as [`PublishError`]s, and never retries a write that may have landed.
+//! the host's refusals as [`CodeHostError`]s, and never retries a write that may have landed.
 //!
 //! # Layout
 //! - this file: the trait, what it returns, its errors.
-//! - [`memory`]: [`MemoryPublisher`], pull requests and issues in memory with GitHub's rules for
+//! - [`memory`]: [`MemoryCodeHost`], pull requests and issues in memory with GitHub's rules for
 //!   inline comments (the diff safety zone).
-//! - [`github`]: [`GitHubPublisher`], the GitHub REST API (App or token authentication, GitHub
+//! - [`github`]: [`GitHubCodeHost`], the GitHub REST API (App or token authentication, GitHub
 //!   Enterprise base URLs), which also gives git its credentials for fetches.
 //!
 //! The code host is also where an organisation scan finds its repositories
-//! ([`Publisher::organisation_repositories`]): the same credentials read the organisation's list.
+//! ([`CodeHost::organisation_repositories`]): the same credentials read the organisation's list.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -31,22 +31,22 @@ use crate::BoxFuture;
 pub mod github;
 pub mod memory;
 
-pub use github::GitHubPublisher;
-pub use memory::MemoryPublisher;
+pub use github::GitHubCodeHost;
+pub use memory::MemoryCodeHost;
 
 /// A code host that pull requests and issues are read from and published to. Every call has a
 /// timeout inside the implementation; dropping the future cancels it. Reads may be retried by
-/// the caller; a write that failed as [`PublishError::Unavailable`] may still have landed, so
-/// callers check [`Publisher::posted`] before writing again.
-pub trait Publisher: Send + Sync + fmt::Debug {
+/// the caller; a write that failed as [`CodeHostError::Unavailable`] may still have landed, so
+/// callers check [`CodeHost::posted`] before writing again.
+pub trait CodeHost: Send + Sync + fmt::Debug {
     /// The pull request as the host has it now (its head moves with every push).
     fn pull_request<'a>(
         &'a self,
         item: &'a ItemRef,
-    ) -> BoxFuture<'a, Result<PullRequest, PublishError>>;
+    ) -> BoxFuture<'a, Result<PullRequest, CodeHostError>>;
 
     /// The issue as the host has it now.
-    fn issue<'a>(&'a self, item: &'a ItemRef) -> BoxFuture<'a, Result<Issue, PublishError>>;
+    fn issue<'a>(&'a self, item: &'a ItemRef) -> BoxFuture<'a, Result<Issue, CodeHostError>>;
 
     /// What verdict already posted on the item, read from the markers in it: submitted reviews
     /// and their inline comments (pull requests) and issue comments (both kinds). Pending
@@ -55,15 +55,15 @@ pub trait Publisher: Send + Sync + fmt::Debug {
         &'a self,
         item: &'a ItemRef,
         kind: ItemKind,
-    ) -> BoxFuture<'a, Result<Posted, PublishError>>;
+    ) -> BoxFuture<'a, Result<Posted, CodeHostError>>;
 
     /// Submits one review with its inline comments, all or nothing. A comment the host refuses
-    /// (outside the diff) fails the whole review as [`PublishError::Rejected`] and posts nothing.
+    /// (outside the diff) fails the whole review as [`CodeHostError::Rejected`] and posts nothing.
     fn create_review<'a>(
         &'a self,
         item: &'a ItemRef,
         draft: &'a ReviewDraft,
-    ) -> BoxFuture<'a, Result<PostedItem, PublishError>>;
+    ) -> BoxFuture<'a, Result<PostedItem, CodeHostError>>;
 
     /// Whether the host accepts `comment` inline on the pull request at `commit`, found out
     /// without leaving anything behind (on GitHub: a pending review with that one comment, made
@@ -73,32 +73,32 @@ pub trait Publisher: Send + Sync + fmt::Debug {
         item: &'a ItemRef,
         commit: &'a str,
         comment: &'a DraftComment,
-    ) -> BoxFuture<'a, Result<bool, PublishError>>;
+    ) -> BoxFuture<'a, Result<bool, CodeHostError>>;
 
     /// Sets a commit status (the same `context` replaces the earlier one on that commit).
     fn set_status<'a>(
         &'a self,
         repo: &'a RepoId,
         status: &'a StatusDraft,
-    ) -> BoxFuture<'a, Result<(), PublishError>>;
+    ) -> BoxFuture<'a, Result<(), CodeHostError>>;
 
     /// Posts one top-level comment on an issue or pull request.
     fn create_comment<'a>(
         &'a self,
         item: &'a ItemRef,
         body: &'a str,
-    ) -> BoxFuture<'a, Result<PostedItem, PublishError>>;
+    ) -> BoxFuture<'a, Result<PostedItem, CodeHostError>>;
 
     /// The names of the labels defined in the repository.
-    fn labels<'a>(&'a self, repo: &'a RepoId) -> BoxFuture<'a, Result<Vec<String>, PublishError>>;
+    fn labels<'a>(&'a self, repo: &'a RepoId) -> BoxFuture<'a, Result<Vec<String>, CodeHostError>>;
 
     /// Adds labels to an issue or pull request. Hosts create labels that do not exist, so callers
-    /// pass only names [`Publisher::labels`] listed.
+    /// pass only names [`CodeHost::labels`] listed.
     fn add_labels<'a>(
         &'a self,
         item: &'a ItemRef,
         labels: &'a [String],
-    ) -> BoxFuture<'a, Result<(), PublishError>>;
+    ) -> BoxFuture<'a, Result<(), CodeHostError>>;
 
     /// Every repository of organisation `org` the credentials can see (GitHub's
     /// `GET /orgs/{org}/repos?type=all`, all pages), archived ones and forks included — the
@@ -106,7 +106,7 @@ pub trait Publisher: Send + Sync + fmt::Debug {
     fn organisation_repositories<'a>(
         &'a self,
         org: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<HostedRepository>, PublishError>>;
+    ) -> BoxFuture<'a, Result<Vec<HostedRepository>, CodeHostError>>;
 }
 
 /// Whether an issue or pull request is open.
@@ -182,7 +182,7 @@ pub struct PostedItem {
 
 /// Why a host call failed. Messages name the item and the fix; none carries a credential.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PublishError {
+pub enum CodeHostError {
     #[error(
         "{what} was not found on the code host; check the URL, and that verdict's GitHub App is installed on the repository or its token can read it"
     )]
@@ -213,19 +213,19 @@ pub enum PublishError {
     Protocol { reason: String },
 }
 
-impl PublishError {
+impl CodeHostError {
     /// Whether the same call may succeed later without anything changing on verdict's side.
     pub fn retryable(&self) -> bool {
         matches!(
             self,
-            PublishError::RateLimited { .. } | PublishError::Unavailable { .. }
+            CodeHostError::RateLimited { .. } | CodeHostError::Unavailable { .. }
         )
     }
 
     /// The wait the host asked for, when it named one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            PublishError::RateLimited { retry_after, .. } => *retry_after,
+            CodeHostError::RateLimited { retry_after, .. } => *retry_after,
             _ => None,
         }
     }

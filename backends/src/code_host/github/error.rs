@@ -1,4 +1,4 @@
-//! GitHub's failures as [`PublishError`]s, in one place: which status is which kind, how long a
+//! GitHub's failures as [`CodeHostError`]s, in one place: which status is which kind, how long a
 //! rate limit asks us to wait, GitHub's `errors` list in its own words, and messages made safe to
 //! show (redacted, short, never the credential the request carried).
 
@@ -8,7 +8,7 @@ use http::HeaderMap;
 use octocrab::GitHubError;
 use verdict_proto::redact::{REDACTED, redact, safe_preview};
 
-use crate::publish::PublishError;
+use crate::code_host::CodeHostError;
 use crate::secret::Secret;
 
 /// How many characters of GitHub's message go into an error.
@@ -23,24 +23,24 @@ pub(super) fn from_octocrab(
     error: octocrab::Error,
     what: &str,
     credential: &Secret,
-) -> PublishError {
+) -> CodeHostError {
     let scrub = |text: &str| scrub(text, credential);
     match error {
         octocrab::Error::GitHub { source, .. } => from_status(&Answer::of(&source), what, scrub),
-        octocrab::Error::Json { source, .. } => PublishError::Protocol {
+        octocrab::Error::Json { source, .. } => CodeHostError::Protocol {
             reason: scrub(&format!("{what}: {source}")),
         },
-        octocrab::Error::Serde { source, .. } => PublishError::Protocol {
+        octocrab::Error::Serde { source, .. } => CodeHostError::Protocol {
             reason: scrub(&format!("{what}: {source}")),
         },
-        octocrab::Error::InvalidUtf8 { source, .. } => PublishError::Protocol {
+        octocrab::Error::InvalidUtf8 { source, .. } => CodeHostError::Protocol {
             reason: scrub(&format!("{what}: {source}")),
         },
         other => match transport(&other) {
-            Some(reason) => PublishError::Unavailable {
+            Some(reason) => CodeHostError::Unavailable {
                 reason: scrub(&format!("{what}: {reason}")),
             },
-            None => PublishError::Protocol {
+            None => CodeHostError::Protocol {
                 reason: scrub(&format!("{what}: {}", chain(&other))),
             },
         },
@@ -48,8 +48,8 @@ pub(super) fn from_octocrab(
 }
 
 /// The error for an exchange about `what` that got no complete answer within `timeout`.
-pub(super) fn timed_out(what: &str, timeout: Duration) -> PublishError {
-    PublishError::Unavailable {
+pub(super) fn timed_out(what: &str, timeout: Duration) -> CodeHostError {
+    CodeHostError::Unavailable {
         reason: format!("{what}: no complete answer within {timeout:?}"),
     }
 }
@@ -75,22 +75,22 @@ impl<'a> Answer<'a> {
     }
 }
 
-fn from_status(answer: &Answer<'_>, what: &str, scrub: impl Fn(&str) -> String) -> PublishError {
+fn from_status(answer: &Answer<'_>, what: &str, scrub: impl Fn(&str) -> String) -> CodeHostError {
     let status = answer.status;
     let message = scrub(&safe_preview(answer.message, MESSAGE_CHARS));
     let headers = answer.headers;
     if status == 429 || (status == 403 && rate_limited(headers)) {
-        return PublishError::RateLimited {
+        return CodeHostError::RateLimited {
             retry_after: wait(headers, SystemTime::now()),
             message,
         };
     }
     match status {
-        401 | 403 => PublishError::Denied { status, message },
-        404 | 410 => PublishError::NotFound {
+        401 | 403 => CodeHostError::Denied { status, message },
+        404 | 410 => CodeHostError::NotFound {
             what: what.to_owned(),
         },
-        422 => PublishError::Rejected {
+        422 => CodeHostError::Rejected {
             message,
             errors: answer
                 .errors
@@ -99,13 +99,13 @@ fn from_status(answer: &Answer<'_>, what: &str, scrub: impl Fn(&str) -> String) 
                 .filter(|e| !e.is_empty())
                 .collect(),
         },
-        300..=399 => PublishError::NotFound {
+        300..=399 => CodeHostError::NotFound {
             what: format!("{what} (GitHub answered {status}: it moved; use its new name)"),
         },
-        408 | 500..=599 => PublishError::Unavailable {
+        408 | 500..=599 => CodeHostError::Unavailable {
             reason: format!("{what}: HTTP {status}: {message}"),
         },
-        _ => PublishError::Rejected {
+        _ => CodeHostError::Rejected {
             message: format!("HTTP {status}: {message}"),
             errors: Vec::new(),
         },
@@ -210,7 +210,11 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
-    fn map(status: u16, headers: &[(&'static str, &str)], body: serde_json::Value) -> PublishError {
+    fn map(
+        status: u16,
+        headers: &[(&'static str, &str)],
+        body: serde_json::Value,
+    ) -> CodeHostError {
         let mut map = HeaderMap::new();
         for (name, value) in headers {
             map.insert(*name, HeaderValue::from_str(value).unwrap());
@@ -233,22 +237,22 @@ mod tests {
     fn statuses_map_to_kinds() {
         let m = || serde_json::json!({"message": "m"});
         assert!(
-            matches!(map(404, &[], m()), PublishError::NotFound { what } if what == "pull request a/b#1")
+            matches!(map(404, &[], m()), CodeHostError::NotFound { what } if what == "pull request a/b#1")
         );
         assert!(matches!(
             map(401, &[], m()),
-            PublishError::Denied { status: 401, .. }
+            CodeHostError::Denied { status: 401, .. }
         ));
         assert!(matches!(
             map(403, &[("x-ratelimit-remaining", "12")], m()),
-            PublishError::Denied { status: 403, .. }
+            CodeHostError::Denied { status: 403, .. }
         ));
         assert!(matches!(
             map(502, &[], m()),
-            PublishError::Unavailable { .. }
+            CodeHostError::Unavailable { .. }
         ));
-        assert!(matches!(map(400, &[], m()), PublishError::Rejected { .. }));
-        assert!(matches!(map(301, &[], m()), PublishError::NotFound { .. }));
+        assert!(matches!(map(400, &[], m()), CodeHostError::Rejected { .. }));
+        assert!(matches!(map(301, &[], m()), CodeHostError::NotFound { .. }));
     }
 
     #[test]
@@ -287,7 +291,7 @@ mod tests {
             {"resource": "Issue", "field": "title", "code": "missing_field"},
             {"message": "Body is required", "code": "custom"},
         ]});
-        let PublishError::Rejected { message, errors } = map(422, &[], body) else {
+        let CodeHostError::Rejected { message, errors } = map(422, &[], body) else {
             panic!("a 422 is a rejection");
         };
         assert_eq!(message, "Validation Failed");
