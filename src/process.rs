@@ -17,7 +17,7 @@ use verdict_scheduler::api::webhooks::GitHubWebhooks;
 
 /// Loads and validates the configuration (file or embedded default, plus `VERDICT_*`
 /// overrides), logging its warnings.
-pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
+pub(crate) fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     let config = Config::from_process(path).map_err(|e| anyhow::anyhow!("{e}"))?;
     for w in &config.warnings {
         tracing::warn!(key = %w.key, "{}", w.message);
@@ -26,7 +26,7 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
 }
 
 /// A token cancelled on the first SIGTERM or SIGINT.
-pub fn shutdown_on_signal() -> CancellationToken {
+pub(crate) fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
@@ -57,7 +57,7 @@ pub fn shutdown_on_signal() -> CancellationToken {
 
 /// Serves `/metrics`, `/healthz` and `/readyz` (ready while `ready` holds) on `addr` until
 /// `shutdown`; returns the bound address.
-pub async fn serve_health(
+pub(crate) async fn serve_health(
     addr: SocketAddr,
     registry: prometheus::Registry,
     ready: Arc<dyn Fn() -> bool + Send + Sync>,
@@ -99,20 +99,20 @@ pub async fn serve_health(
 
 /// A readiness flag that turns false on shutdown (Q4: readiness fails first).
 #[derive(Debug, Clone, Default)]
-pub struct Ready(Arc<AtomicBool>);
+pub(crate) struct Ready(Arc<AtomicBool>);
 
 impl Ready {
-    pub fn set(&self, ready: bool) {
+    pub(crate) fn set(&self, ready: bool) {
         self.0.store(ready, Ordering::SeqCst);
     }
 
-    pub fn get(&self) -> bool {
+    pub(crate) fn get(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
 }
 
 /// GitHub webhook intake as `[github]` configures it: served only with a webhook secret.
-pub fn webhooks(config: &Config) -> Option<GitHubWebhooks> {
+pub(crate) fn webhooks(config: &Config) -> Option<GitHubWebhooks> {
     let github = config.github.as_ref()?;
     let Some(secret) = github.webhook_secret.clone() else {
         tracing::info!(

@@ -25,7 +25,7 @@ const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
 
 /// Flushes spans on drop, within [`FLUSH_AT_EXIT`].
 #[derive(Debug)]
-pub struct Telemetry {
+pub(crate) struct Telemetry {
     provider: SdkTracerProvider,
 }
 
@@ -49,7 +49,7 @@ impl Drop for Telemetry {
 
 /// How log lines look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// One JSON object per line: services (scheduler, worker).
     Json,
     /// Compact human lines: interactive commands (`verdict dev`).
@@ -91,7 +91,7 @@ fn unsupported_protocol(var: impl Fn(&str) -> Option<String>) -> Option<String> 
 /// without it, `info` for services and `error` for interactive commands, whose progress is
 /// already printed as milestones. `VERDICT_TRACE` filters exported spans (default `info`).
 /// `service` names the process in traces unless `OTEL_SERVICE_NAME` does.
-pub fn init(service: &str, format: LogFormat) -> anyhow::Result<Telemetry> {
+pub(crate) fn init(service: &str, format: LogFormat) -> anyhow::Result<Telemetry> {
     let default = match format {
         LogFormat::Json => "info",
         LogFormat::Human => "error",

@@ -22,10 +22,10 @@ use verdict_proto::wire::Priority;
 use verdict_testkit::FakeProvider;
 use verdict_testkit::scenario::{self, Isolation};
 
-pub const TOKEN: &str = "bench-token-7d1a";
+pub(crate) const TOKEN: &str = "bench-token-7d1a";
 
 /// A child process, killed when dropped.
-pub struct Proc {
+pub(crate) struct Proc {
     pub child: Child,
     /// Its first stdout line (the address it serves).
     pub line: String,
@@ -39,7 +39,7 @@ impl Drop for Proc {
 }
 
 impl Proc {
-    pub fn start(role: &str, config: &Path) -> Proc {
+    pub(crate) fn start(role: &str, config: &Path) -> Proc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
             .args([role, "--config"])
             .arg(config)
@@ -64,13 +64,13 @@ impl Proc {
         Proc { child, line }
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// User plus system CPU time so far, of the process and of its children that ended (the
     /// git processes a scheduler's intake runs).
-    pub fn cpu(&self) -> Duration {
+    pub(crate) fn cpu(&self) -> Duration {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
         // The fields after the command name, which is in parentheses and may hold spaces:
         // utime, stime, cutime, cstime are the 12th to 15th of them.
@@ -84,7 +84,7 @@ impl Proc {
     }
 
     /// Peak resident memory so far, in MiB.
-    pub fn peak_rss_mib(&self) -> f64 {
+    pub(crate) fn peak_rss_mib(&self) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
         let kib: f64 = status
             .lines()
@@ -95,7 +95,7 @@ impl Proc {
     }
 }
 
-pub fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -110,7 +110,7 @@ fn clock_ticks() -> u64 {
 }
 
 /// One pool: its configuration, the scheduler, its workers.
-pub struct Pool {
+pub(crate) struct Pool {
     pub config: PathBuf,
     pub isolation: Isolation,
     pub scheduler: Proc,
@@ -125,12 +125,12 @@ pub struct Pool {
 
 impl Pool {
     /// A pool of single-stage reviews (the `single` pipeline) on the scenario configuration.
-    pub fn start(env: &Env, concurrency: usize, workers: usize) -> Pool {
+    pub(crate) fn start(env: &Env, concurrency: usize, workers: usize) -> Pool {
         Pool::start_with(env, concurrency, workers, Some("single"), |toml| toml)
     }
 
     /// A pool whose reviews name `pipeline`, on the scenario configuration as `edit` changes it.
-    pub fn start_with(
+    pub(crate) fn start_with(
         env: &Env,
         concurrency: usize,
         workers: usize,
@@ -174,11 +174,11 @@ impl Pool {
         pool
     }
 
-    pub fn add_worker(&mut self) {
+    pub(crate) fn add_worker(&mut self) {
         self.workers.push(Proc::start("worker", &self.config));
     }
 
-    pub fn submission(&self) -> ReviewSubmission {
+    pub(crate) fn submission(&self) -> ReviewSubmission {
         ReviewSubmission {
             repository: self.repo.clone(),
             base: self.revisions.0.clone(),
@@ -191,13 +191,13 @@ impl Pool {
     }
 
     /// Submits `n` reviews through the API, at most 64 requests at once; their ids.
-    pub async fn submit(&self, n: usize) -> Vec<String> {
+    pub(crate) async fn submit(&self, n: usize) -> Vec<String> {
         self.submit_all(vec![self.submission(); n]).await
     }
 
     /// Submits one review of each of `heads` (over the pool's base) through the API, at most 64
     /// requests at once; their ids.
-    pub async fn submit_heads(&self, heads: &[String]) -> Vec<String> {
+    pub(crate) async fn submit_heads(&self, heads: &[String]) -> Vec<String> {
         let submissions = heads
             .iter()
             .map(|head| ReviewSubmission {
@@ -228,7 +228,7 @@ impl Pool {
 
     /// Submits reviews at `rate` a second for `duration`, each on its own schedule whether or
     /// not earlier ones were answered (an open loop); their ids.
-    pub async fn open_loop(&self, rate: f64, duration: Duration) -> Vec<String> {
+    pub(crate) async fn open_loop(&self, rate: f64, duration: Duration) -> Vec<String> {
         let client = Arc::new(self.client.clone());
         let submission = Arc::new(self.submission());
         let count = (rate * duration.as_secs_f64()).round() as usize;
@@ -249,7 +249,7 @@ impl Pool {
     }
 
     /// The documents of `ids` once every one has ended (checked twice a second).
-    pub async fn await_all(&self, ids: &[String], within: Duration) -> Vec<TaskDocument> {
+    pub(crate) async fn await_all(&self, ids: &[String], within: Duration) -> Vec<TaskDocument> {
         let deadline = Instant::now() + within;
         let mut ticks = tokio::time::interval(Duration::from_millis(500));
         loop {
@@ -272,12 +272,12 @@ impl Pool {
     }
 
     /// `verdict_tasks_total` summed, from the scheduler's `/metrics`.
-    pub async fn finished_count(&self) -> u64 {
+    pub(crate) async fn finished_count(&self) -> u64 {
         self.scheduler_metric("verdict_tasks_total").await as u64
     }
 
     /// Every series of the scheduler's metric `name` summed, from its `/metrics`.
-    pub async fn scheduler_metric(&self, name: &str) -> f64 {
+    pub(crate) async fn scheduler_metric(&self, name: &str) -> f64 {
         let api = self.scheduler.line.trim().rsplit(' ').next().unwrap();
         let body = reqwest::get(format!("{api}/metrics"))
             .await
@@ -295,7 +295,7 @@ impl Pool {
     }
 
     /// Waits until `n` stage requests wait in the interactive queue.
-    pub async fn await_queued(&self, n: u64, within: Duration) {
+    pub(crate) async fn await_queued(&self, n: u64, within: Duration) {
         let mut amqp = AmqpConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f");
         amqp.prefix = self.isolation.broker_prefix.clone();
         amqp.delivery_limit = 3;
@@ -320,7 +320,7 @@ impl Pool {
         broker.close().await;
     }
 
-    pub async fn cleanup(self) {
+    pub(crate) async fn cleanup(self) {
         let isolation = self.isolation.clone();
         drop(self);
         let mut amqp = AmqpConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f");
@@ -339,7 +339,7 @@ impl Pool {
 }
 
 /// What every pool shares: the fake provider, the repository, a scratch directory.
-pub struct Env {
+pub(crate) struct Env {
     pub llm: FakeProvider,
     pub repo: String,
     /// What the reviews name as base and head: the branches, or their commits.
@@ -351,7 +351,7 @@ pub struct Env {
 impl Env {
     /// The sample repository and an unscripted fake provider; reviews name base and head by
     /// branch when `by_name`, else by commit.
-    pub async fn start(by_name: bool) -> Env {
+    pub(crate) async fn start(by_name: bool) -> Env {
         let tmp = tempfile::tempdir().unwrap();
         let repo = scenario::sample_repo(&tmp.path().join("repo")).unwrap();
         let llm = FakeProvider::start().await;
@@ -382,7 +382,7 @@ impl Env {
     /// `n` commits of their own over the sample change's head, each adding one line of its own
     /// to the changed module, so no two reviews of them share their diff; their ids. One
     /// `git fast-import`, so hundreds take a second.
-    pub fn distinct_heads(&self, n: usize) -> Vec<String> {
+    pub(crate) fn distinct_heads(&self, n: usize) -> Vec<String> {
         use std::io::Write as _;
         const PATH: &str = "src/shopcart/cart.py";
         let git = |args: &[&str]| {

@@ -67,6 +67,8 @@ macro_rules! string_enum {
 pub(crate) use string_enum;
 
 #[cfg(test)]
+// The macro writes `pub` items for the crate's public enums; this one is the test's own.
+#[allow(unreachable_pub)]
 mod tests {
     #[derive(Debug, Clone, Copy, PartialEq)]
     enum Level {

@@ -6,7 +6,7 @@ use verdict_proto::contract::contract_text;
 use verdict_proto::{Language, ProtocolId};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The output protocol.
     #[arg(long, value_parser = super::validate::parse_protocol)]
     protocol: ProtocolId,
@@ -15,7 +15,7 @@ pub struct Args {
     lang: String,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let language = Language::recognise(&args.lang).unwrap_or_else(|| {
         eprintln!(
             "verdict: language `{}` is not en or zh-CN; falling back to zh-CN",

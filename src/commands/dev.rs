@@ -22,7 +22,7 @@ use crate::commands::ChangeArgs;
 use crate::process;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The configuration file (TOML); without it, the embedded defaults: the local model at
     /// http://127.0.0.1:8091 (start it with `ops/bin/llm serve`).
     #[arg(long, value_name = "FILE", global = true)]
@@ -61,7 +61,7 @@ struct ReviewArgs {
     wait_seconds: u64,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let _telemetry = crate::telemetry::init("verdict-dev", crate::telemetry::LogFormat::Human)?;
     let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
     rt.block_on(dev(args))

@@ -6,12 +6,12 @@ use std::process::ExitCode;
 use verdict_proto::diff;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The unified diff (`git diff` or `diff -u` output); `-` or nothing reads standard input.
     file: Option<PathBuf>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let text = super::read_input(args.file.as_ref())?;
     let parsed = diff::parse(&text);
     // Malformed parts are skipped, not fatal: say so on stderr, keep stdout machine-readable.

@@ -1,16 +1,16 @@
 //! One module per CLI subcommand; each turns parsed arguments into an exit code.
 
-pub mod contract;
-pub mod dev;
-pub mod diff_lines;
-pub mod report;
-pub mod scan;
-pub mod scheduler;
-pub mod submit;
-pub mod tail;
-pub mod transcript;
-pub mod validate;
-pub mod worker;
+pub(crate) mod contract;
+pub(crate) mod dev;
+pub(crate) mod diff_lines;
+pub(crate) mod report;
+pub(crate) mod scan;
+pub(crate) mod scheduler;
+pub(crate) mod submit;
+pub(crate) mod tail;
+pub(crate) mod transcript;
+pub(crate) mod validate;
+pub(crate) mod worker;
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
@@ -21,12 +21,12 @@ use verdict_api::document::TaskState;
 use verdict_client::client::ApiClient;
 
 /// Exit code for usage errors (unknown protocol, unreadable input), as clap uses for bad flags.
-pub fn exit_usage() -> ExitCode {
+pub(crate) fn exit_usage() -> ExitCode {
     ExitCode::from(2)
 }
 
 /// Reads `FILE`, or standard input for `-` or no argument, as UTF-8.
-pub fn read_input(file: Option<&PathBuf>) -> anyhow::Result<String> {
+pub(crate) fn read_input(file: Option<&PathBuf>) -> anyhow::Result<String> {
     let (bytes, name) = match file {
         Some(p) if p.as_os_str() != "-" => (
             std::fs::read(p).with_context(|| {
@@ -55,7 +55,7 @@ pub fn read_input(file: Option<&PathBuf>) -> anyhow::Result<String> {
 }
 
 /// Writes `text` to standard output; a closed pipe is not an error worth a panic.
-pub fn print(text: &str) -> anyhow::Result<()> {
+pub(crate) fn print(text: &str) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e).context("write standard output"),
@@ -66,7 +66,7 @@ pub fn print(text: &str) -> anyhow::Result<()> {
 /// What a review looks at, shared by `verdict submit review` and `verdict dev review`: a change
 /// given by its repository and revisions, or a pull request given by its URL.
 #[derive(Debug, clap::Args)]
-pub struct ChangeArgs {
+pub(crate) struct ChangeArgs {
     /// The repository: a git URL or a path the scheduler can read.
     #[arg(
         long,
@@ -104,7 +104,7 @@ pub struct ChangeArgs {
 impl ChangeArgs {
     /// The submission's repository, base, head, pull request and publish fields; `repo` is
     /// mapped first (e.g. a local path made absolute).
-    pub fn into_submission(
+    pub(crate) fn into_submission(
         self,
         repo: impl FnOnce(String) -> String,
     ) -> verdict_api::submission::ReviewSubmission {
@@ -121,7 +121,7 @@ impl ChangeArgs {
 
 /// Where the scheduler's API is and how to authenticate, shared by the commands that talk to it.
 #[derive(Debug, clap::Args)]
-pub struct ServerArgs {
+pub(crate) struct ServerArgs {
     /// The scheduler's base URL.
     #[arg(
         long,
@@ -138,7 +138,7 @@ pub struct ServerArgs {
 
 impl ServerArgs {
     /// A client of the server, with the token read from the named variable.
-    pub fn client(&self) -> anyhow::Result<ApiClient> {
+    pub(crate) fn client(&self) -> anyhow::Result<ApiClient> {
         let name = &self.token_env;
         let token = match std::env::var(name) {
             Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
@@ -155,7 +155,7 @@ impl ServerArgs {
 }
 
 /// A runtime for the commands that talk to the API (one thread: they wait on the network).
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -164,7 +164,7 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// The exit code of a task that ended in `state`: 0 when it reached a decision or an explained
 /// non-decision (completed, skipped, degraded), 1 when it did not (incomplete, aborted).
-pub fn exit_for_state(state: TaskState) -> ExitCode {
+pub(crate) fn exit_for_state(state: TaskState) -> ExitCode {
     match state {
         TaskState::Completed | TaskState::Skipped | TaskState::Degraded => ExitCode::SUCCESS,
         TaskState::Incomplete | TaskState::Aborted | TaskState::Queued | TaskState::Running => {

@@ -12,7 +12,7 @@ use super::ServerArgs;
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("members").required(true).args(["tasks", "scan"])))]
-pub struct Args {
+pub(crate) struct Args {
     /// A scan task to include (repeat for each repository, in the order to list them).
     #[arg(long = "task", value_name = "ID")]
     tasks: Vec<String>,
@@ -30,7 +30,7 @@ pub struct Args {
     server: ServerArgs,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client = args.server.client()?;
     super::runtime()?.block_on(async {
         let (tasks, organisation) = match &args.scan {
@@ -51,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// What [`write`] wrote.
-pub struct Written {
+pub(crate) struct Written {
     repositories: usize,
     findings: usize,
     json: PathBuf,
@@ -59,7 +59,7 @@ pub struct Written {
 }
 
 impl Written {
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         format!(
             "{} repositories, {} findings: {} and {}\n",
             self.repositories,
@@ -73,7 +73,7 @@ impl Written {
 /// Fetches the scan tasks `tasks` through the API and writes their report, titled
 /// `organisation` (default: the owner of the first repository), as `out/report.json` and
 /// `out/report.html`.
-pub async fn write(
+pub(crate) async fn write(
     client: &ApiClient,
     tasks: &[String],
     organisation: Option<String>,

@@ -26,7 +26,7 @@ use super::tail::{self, Sink};
 
 #[derive(Debug, clap::Args)]
 #[command(group = clap::ArgGroup::new("source").required(true).args(["org", "manifest", "resume", "repo"]))]
-pub struct Args {
+pub(crate) struct Args {
     /// Scan the repositories of this organisation (or user) on the configured GitHub.
     #[arg(long, value_name = "NAME")]
     org: Option<String>,
@@ -79,7 +79,7 @@ pub struct Args {
     server: ServerArgs,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client = args.server.client()?;
     super::runtime()?.block_on(async move {
         tokio::select! {

@@ -12,14 +12,14 @@ use verdict_scheduler::api::{self, ApiAuth};
 use crate::process;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The configuration file (TOML); without it, the embedded defaults plus VERDICT_*
     /// overrides.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let _telemetry =
         crate::telemetry::init("verdict-scheduler", crate::telemetry::LogFormat::Json)?;
     let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;

@@ -18,7 +18,7 @@ use super::tail::{self, Sink};
 use super::{ChangeArgs, ServerArgs};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     kind: Kind,
 }
@@ -163,7 +163,7 @@ enum Submission {
     Scan(ScanSubmission),
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (submission, output, server) = match args.kind {
         Kind::Review(a) => (
             Submission::Review(ReviewSubmission {

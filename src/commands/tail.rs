@@ -11,7 +11,7 @@ use verdict_scheduler::api::StreamEnd;
 use super::ServerArgs;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The task id (as `verdict submit` printed it).
     task: String,
     /// Resume after this event id instead of replaying from the start.
@@ -21,7 +21,7 @@ pub struct Args {
     server: ServerArgs,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client = args.server.client()?;
     let end = super::runtime()?.block_on(follow(&client, &args.task, args.after, Sink::Stdout))?;
     super::print(&format!("{}\n", end_line(&args.task, &end)))?;
@@ -31,7 +31,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// Where milestone lines go: standard output for `tail`, standard error for `submit --wait`
 /// (whose standard output is the result).
 #[derive(Debug, Clone, Copy)]
-pub enum Sink {
+pub(crate) enum Sink {
     Stdout,
     Stderr,
 }
@@ -50,7 +50,7 @@ impl Sink {
 
 /// Prints every event of `task` after `after` as a milestone line until the task ends; returns
 /// how it ended.
-pub async fn follow(
+pub(crate) async fn follow(
     client: &ApiClient,
     task: &str,
     after: Option<String>,
@@ -88,7 +88,7 @@ fn unknown_line(kind: &str, data: &str) -> String {
 }
 
 /// The closing line: `Task t-1 completed`, with the reason when there is one.
-pub fn end_line(task: &str, end: &StreamEnd) -> String {
+pub(crate) fn end_line(task: &str, end: &StreamEnd) -> String {
     match end
         .reason
         .as_deref()

@@ -9,7 +9,7 @@ use anyhow::Context;
 use super::ServerArgs;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The task id (as `verdict submit` printed it).
     task: String,
     /// Only this stage's attempts (a stage id of the task, e.g. `summary` or `reviewer-1`).
@@ -21,7 +21,7 @@ pub struct Args {
     server: ServerArgs,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client = args.server.client()?;
     let doc = super::runtime()?
         .block_on(client.transcripts(&args.task, args.stage.as_deref()))

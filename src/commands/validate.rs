@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use verdict_proto::{ProtocolId, ValidateOptions, validate};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The output protocol to hold the response to.
     #[arg(long, value_parser = parse_protocol)]
     protocol: ProtocolId,
@@ -24,7 +24,7 @@ pub(crate) fn parse_protocol(s: &str) -> Result<ProtocolId, String> {
     s.parse::<ProtocolId>().map_err(|e| e.to_string())
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let response = super::read_input(args.file.as_ref())?;
     let options = ValidateOptions {
         issue_categories: args.categories,

@@ -12,7 +12,7 @@ use verdict::runtime::{self, Assembly, Backends, Role};
 use crate::process::{self, Ready};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The configuration file (TOML); without it, the embedded defaults plus VERDICT_*
     /// overrides.
     #[arg(long, value_name = "FILE")]
@@ -22,7 +22,7 @@ pub struct Args {
     concurrency: Option<u16>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let _telemetry = crate::telemetry::init("verdict-worker", crate::telemetry::LogFormat::Json)?;
     let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
     rt.block_on(work(args))

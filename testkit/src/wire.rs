@@ -27,7 +27,7 @@ pub(crate) struct Rendered<'a> {
 }
 
 impl Rendered<'_> {
-    pub fn finish(&self) -> Finish {
+    pub(crate) fn finish(&self) -> Finish {
         match &self.reply.finish {
             Some(f) => f.clone(),
             None if self.reply.tool_calls.is_empty() => Finish::Stop,
@@ -74,17 +74,17 @@ impl Wire {
 pub(crate) mod check {
     use serde_json::{Map, Value};
 
-    pub fn object<'a>(v: &'a Value, at: &str) -> Result<&'a Map<String, Value>, String> {
+    pub(crate) fn object<'a>(v: &'a Value, at: &str) -> Result<&'a Map<String, Value>, String> {
         v.as_object()
             .ok_or_else(|| format!("{at}: expected an object, got {}", kind(v)))
     }
 
-    pub fn array<'a>(v: &'a Value, at: &str) -> Result<&'a Vec<Value>, String> {
+    pub(crate) fn array<'a>(v: &'a Value, at: &str) -> Result<&'a Vec<Value>, String> {
         v.as_array()
             .ok_or_else(|| format!("{at}: expected an array, got {}", kind(v)))
     }
 
-    pub fn string<'a>(v: Option<&'a Value>, at: &str) -> Result<&'a str, String> {
+    pub(crate) fn string<'a>(v: Option<&'a Value>, at: &str) -> Result<&'a str, String> {
         match v {
             Some(Value::String(s)) => Ok(s),
             Some(other) => Err(format!("{at}: expected a string, got {}", kind(other))),
@@ -92,7 +92,7 @@ pub(crate) mod check {
         }
     }
 
-    pub fn non_empty_string<'a>(v: Option<&'a Value>, at: &str) -> Result<&'a str, String> {
+    pub(crate) fn non_empty_string<'a>(v: Option<&'a Value>, at: &str) -> Result<&'a str, String> {
         let s = string(v, at)?;
         if s.is_empty() {
             return Err(format!("{at}: must not be empty"));
@@ -100,7 +100,7 @@ pub(crate) mod check {
         Ok(s)
     }
 
-    pub fn optional_number_in(v: Option<&Value>, at: &str, max: f64) -> Result<(), String> {
+    pub(crate) fn optional_number_in(v: Option<&Value>, at: &str, max: f64) -> Result<(), String> {
         match v {
             None | Some(Value::Null) => Ok(()),
             Some(Value::Number(n)) => match n.as_f64() {
@@ -111,7 +111,7 @@ pub(crate) mod check {
         }
     }
 
-    pub fn positive_integer(v: Option<&Value>, at: &str) -> Result<(), String> {
+    pub(crate) fn positive_integer(v: Option<&Value>, at: &str) -> Result<(), String> {
         match v.and_then(Value::as_u64) {
             Some(n) if n > 0 => Ok(()),
             _ if v.is_none() => Err(format!("{at}: field required")),
@@ -119,7 +119,7 @@ pub(crate) mod check {
         }
     }
 
-    pub fn kind(v: &Value) -> &'static str {
+    pub(crate) fn kind(v: &Value) -> &'static str {
         match v {
             Value::Null => "null",
             Value::Bool(_) => "a boolean",

@@ -38,7 +38,7 @@ const RESUME_SLACK: Duration = Duration::from_secs(4);
 
 /// Everything the checker reads.
 #[derive(Debug)]
-pub struct Evidence<'a> {
+pub(crate) struct Evidence<'a> {
     pub tasks: &'a [Submitted],
     /// Task records in the store that no client was given.
     pub unclaimed: Vec<String>,
@@ -70,7 +70,7 @@ pub struct Evidence<'a> {
 
 /// One provider call (see the module comment).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Call {
+pub(crate) struct Call {
     task: usize,
     stage: String,
     turn: usize,
@@ -100,18 +100,18 @@ struct PaidTwice {
 }
 
 #[derive(Debug)]
-pub struct Report {
+pub(crate) struct Report {
     table: String,
     failures: Vec<String>,
 }
 
 impl Report {
-    pub fn table(&self) -> &str {
+    pub(crate) fn table(&self) -> &str {
         &self.table
     }
 
     /// Why the run failed; empty when it passed.
-    pub fn failures(&self) -> &[String] {
+    pub(crate) fn failures(&self) -> &[String] {
         &self.failures
     }
 }
@@ -154,7 +154,7 @@ fn normalised(raw: &str) -> String {
 }
 
 /// The call a request makes, when it is one of the workload's.
-pub fn call_of(request: &RecordedRequest) -> Option<Call> {
+pub(crate) fn call_of(request: &RecordedRequest) -> Option<Call> {
     let kind = stage_kind(request.model.as_deref()?)?;
     let task = task_number(&request.raw_body)?;
     let stage = if kind == "reviewer" {
@@ -196,7 +196,7 @@ fn fault_near(faults: &[Fault], at: Duration) -> String {
     }
 }
 
-pub fn check(e: &Evidence<'_>) -> Report {
+pub(crate) fn check(e: &Evidence<'_>) -> Report {
     let since = |at: Instant| at.saturating_duration_since(e.started);
     let answers: BTreeMap<usize, &Answer> = e.answers.iter().map(|a| (a.seq, a)).collect();
     let id_of: BTreeMap<usize, &str> = e.tasks.iter().map(|t| (t.n, t.id.as_str())).collect();

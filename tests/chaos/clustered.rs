@@ -52,7 +52,7 @@ const PROBES_END: Duration = Duration::from_secs(180);
 /// serve their slots while one fails over, and a primary takes writes only while a replica
 /// follows it (so a promoted replica refuses writes, `NOREPLICAS`, until the old primary has
 /// rejoined as its replica).
-pub const REDIS_SETTINGS: [&str; 4] = [
+pub(crate) const REDIS_SETTINGS: [&str; 4] = [
     "--cluster-require-full-coverage",
     "no",
     "--min-replicas-to-write",
@@ -75,7 +75,7 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// The clustered scenario's services.
 #[derive(Debug)]
-pub struct Clustered {
+pub(crate) struct Clustered {
     pub redis: RedisCluster,
     pub rabbit: RabbitCluster,
 }
@@ -122,7 +122,7 @@ impl Probe {
 
 /// Injects every fault in turn, then returns the services and what happened. `done` is dropped
 /// when it returns (or panics): the workload then knows the faults are over.
-pub async fn inject(
+pub(crate) async fn inject(
     mut chaos: Chaos<Clustered>,
     fake: Arc<FakeProvider>,
     repository: String,
@@ -393,7 +393,7 @@ async fn primary_holding_most(
 }
 
 /// The keys matching `pattern` on the Redis node on `port`.
-pub async fn keys_on(port: u16, pattern: &str) -> Vec<String> {
+pub(crate) async fn keys_on(port: u16, pattern: &str) -> Vec<String> {
     let mut conn = redis_on(port).await;
     let mut keys = Vec::new();
     let mut cursor: u64 = 0;

@@ -20,11 +20,11 @@ use crate::services::{PrivateRabbit, PrivateRedis};
 use crate::workload::Submitted;
 
 /// Provider requests received before each fault (a full run makes about 520).
-pub const KILL_AT: usize = 50;
-pub const REDIS_AT: usize = 120;
-pub const POISON_AT: usize = 170;
-pub const BURST_AT: usize = 200;
-pub const BROKER_AT: usize = 280;
+pub(crate) const KILL_AT: usize = 50;
+pub(crate) const REDIS_AT: usize = 120;
+pub(crate) const POISON_AT: usize = 170;
+pub(crate) const BURST_AT: usize = 200;
+pub(crate) const BROKER_AT: usize = 280;
 
 /// How long to wait for a threshold: a run that stalls before it has not earned the next fault.
 const REACH: Duration = Duration::from_secs(90);
@@ -43,13 +43,13 @@ const DEAD_LETTER_WAIT: Duration = Duration::from_secs(30);
 const BURSTS: [(&str, usize); 2] = [(SUMMARY, 20), (REVIEWER, 60)];
 const POLL: Duration = Duration::from_millis(50);
 
-pub const KILL_WORKER: &str = "kill -9 worker";
-pub const POISON: &[u8] = b"chaos: this is not a stage request";
+pub(crate) const KILL_WORKER: &str = "kill -9 worker";
+pub(crate) const POISON: &[u8] = b"chaos: this is not a stage request";
 const SCHEDULER_DEAD_LETTERS: &str = "verdict_dead_letters_total";
 
 /// The services and processes the faults act on; dropped (so killed) with it.
 #[derive(Debug)]
-pub struct Chaos<S> {
+pub(crate) struct Chaos<S> {
     /// Field order is drop order: the pool before the services it uses.
     pub pool: Pool,
     pub services: S,
@@ -57,14 +57,14 @@ pub struct Chaos<S> {
 
 /// One RabbitMQ node and one Redis: the first scenario's services.
 #[derive(Debug)]
-pub struct Single {
+pub(crate) struct Single {
     pub redis: PrivateRedis,
     pub rabbit: PrivateRabbit,
 }
 
 /// One injected fault.
 #[derive(Debug, Clone)]
-pub struct Fault {
+pub(crate) struct Fault {
     pub name: &'static str,
     pub detail: String,
     /// Since the start of the run.
@@ -77,7 +77,7 @@ pub struct Fault {
 
 /// The poison message's fate.
 #[derive(Debug, Clone, Default)]
-pub struct Poison {
+pub(crate) struct Poison {
     /// The dead-letter reason, once it was found on the dead-letter queue.
     pub reason: Option<String>,
     /// How many deliveries the workers counted as poison meanwhile.
@@ -91,7 +91,7 @@ pub struct Poison {
 
 impl Poison {
     /// How the message was shown dead-lettered with its reason, or why it was not.
-    pub fn verdict(&self) -> Result<String, String> {
+    pub(crate) fn verdict(&self) -> Result<String, String> {
         match &self.reason {
             Some(reason) if !reason.is_empty() => {
                 Ok(format!("dead-lettered, reason {reason:?}"))
@@ -111,7 +111,7 @@ impl Poison {
 
 /// What the injector did.
 #[derive(Debug)]
-pub struct Injected<S> {
+pub(crate) struct Injected<S> {
     pub chaos: Chaos<S>,
     pub faults: Vec<Fault>,
     /// Faults not injected, and why.
@@ -126,12 +126,12 @@ pub struct Injected<S> {
 
 /// The ids of the task records a scenario's Redis holds (`SCAN` on every primary), to find
 /// records no client was given.
-pub trait RecordedTasks {
+pub(crate) trait RecordedTasks {
     fn recorded_tasks(&self, prefix: &str) -> impl std::future::Future<Output = Vec<String>>;
 }
 
 /// The task id in a record's key, `{prefix}doc:task:{<id>}`.
-pub fn task_of_record(key: &str) -> Option<String> {
+pub(crate) fn task_of_record(key: &str) -> Option<String> {
     let (_, rest) = key.split_once("doc:task:{")?;
     rest.strip_suffix('}').map(str::to_owned)
 }
@@ -147,20 +147,20 @@ impl RecordedTasks for Single {
     }
 }
 
-pub struct Clock {
+pub(crate) struct Clock {
     started: Instant,
 }
 
 impl Clock {
-    pub fn new(started: Instant) -> Clock {
+    pub(crate) fn new(started: Instant) -> Clock {
         Clock { started }
     }
 
-    pub fn begin(&self, fake: &FakeProvider) -> (Duration, usize) {
+    pub(crate) fn begin(&self, fake: &FakeProvider) -> (Duration, usize) {
         (self.started.elapsed(), fake.request_count())
     }
 
-    pub fn record(
+    pub(crate) fn record(
         &self,
         name: &'static str,
         detail: String,
@@ -186,7 +186,7 @@ impl Clock {
 
 /// Injects every fault in turn, then returns the services and what happened. `done` is dropped
 /// when it returns (or panics): the workload then knows the faults are over.
-pub async fn inject(
+pub(crate) async fn inject(
     mut chaos: Chaos<Single>,
     fake: Arc<FakeProvider>,
     amqp: AmqpConfig,
@@ -319,7 +319,7 @@ pub async fn inject(
 }
 
 /// The provider calls in flight now: arrived lately, not answered yet.
-pub fn calls_in_flight(fake: &FakeProvider) -> Vec<usize> {
+pub(crate) fn calls_in_flight(fake: &FakeProvider) -> Vec<usize> {
     let answered: std::collections::BTreeSet<usize> =
         fake.answers().iter().map(|a| a.seq).collect();
     fake.requests()
@@ -363,7 +363,7 @@ async fn await_asked_again(fake: &FakeProvider, calls: &[usize]) -> Result<usize
     }
 }
 
-pub fn all_answered(fake: &FakeProvider, calls: &[usize]) -> bool {
+pub(crate) fn all_answered(fake: &FakeProvider, calls: &[usize]) -> bool {
     let answered: std::collections::BTreeSet<usize> =
         fake.answers().iter().map(|a| a.seq).collect();
     calls.iter().all(|c| answered.contains(c))
@@ -371,7 +371,7 @@ pub fn all_answered(fake: &FakeProvider, calls: &[usize]) -> bool {
 
 /// Waits until the fake provider has received `n` requests. Once one threshold was missed the
 /// run has stalled, and the later ones are not waited for.
-pub async fn reach(
+pub(crate) async fn reach(
     fake: &FakeProvider,
     n: usize,
     stalled: &mut Option<String>,
@@ -390,7 +390,7 @@ pub async fn reach(
 }
 
 /// The valid answer of a stage model, at the suite's latency.
-pub fn valid_behaviour(model: &str) -> Behaviour {
+pub(crate) fn valid_behaviour(model: &str) -> Behaviour {
     use verdict_testkit::scenario::{
         REVIEWER_OK, SUMMARY_OK, TRIAGE, TRIAGE_OK, VALIDATOR, VALIDATOR_OK,
     };

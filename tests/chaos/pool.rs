@@ -10,14 +10,14 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
-pub const TOKEN: &str = "chaos-token-5c2e";
+pub(crate) const TOKEN: &str = "chaos-token-5c2e";
 
 /// How long a process may take to print its first line (it prints it once it is up).
 const STARTUP: Duration = Duration::from_secs(60);
 
 /// One `verdict` process, killed when dropped.
 #[derive(Debug)]
-pub struct Proc {
+pub(crate) struct Proc {
     child: Child,
     /// The line it printed when it came up.
     pub first_line: String,
@@ -77,7 +77,7 @@ impl Proc {
 
 /// A worker process and where its metrics are.
 #[derive(Debug)]
-pub struct Worker {
+pub(crate) struct Worker {
     /// Its worker id, as it printed it.
     pub id: String,
     /// `127.0.0.1:PORT` of `/metrics`.
@@ -86,7 +86,7 @@ pub struct Worker {
 }
 
 #[derive(Debug)]
-pub struct Pool {
+pub(crate) struct Pool {
     pub api_url: String,
     /// Field order is drop order: workers stop before the scheduler.
     workers: Vec<Worker>,
@@ -99,7 +99,7 @@ pub struct Pool {
 
 impl Pool {
     /// The scheduler and `workers` workers, all up.
-    pub async fn start(
+    pub(crate) async fn start(
         config: &Path,
         env: Vec<(String, String)>,
         logs: &Path,
@@ -129,7 +129,7 @@ impl Pool {
     }
 
     /// Starts one more worker; returns its id.
-    pub async fn start_worker(&mut self) -> String {
+    pub(crate) async fn start_worker(&mut self) -> String {
         self.started += 1;
         let log = self.logs.join(format!("worker-{}.log", self.started));
         let proc = Proc::spawn("worker", &self.config, &self.env, &log).await;
@@ -150,7 +150,7 @@ impl Pool {
     }
 
     /// Each live worker's id and `verdict_stages_in_flight`.
-    pub async fn in_flight(&self) -> Vec<(String, f64)> {
+    pub(crate) async fn in_flight(&self) -> Vec<(String, f64)> {
         let mut out = Vec::new();
         for w in &self.workers {
             let value = metric(&w.metrics, "verdict_stages_in_flight")
@@ -163,7 +163,7 @@ impl Pool {
     }
 
     /// `kill -9` the worker with this id; returns whether there was one.
-    pub async fn kill_worker(&mut self, id: &str) -> bool {
+    pub(crate) async fn kill_worker(&mut self, id: &str) -> bool {
         let Some(i) = self.workers.iter().position(|w| w.id == id) else {
             return false;
         };
@@ -173,7 +173,7 @@ impl Pool {
 
     /// `verdict_stage_deliveries_total` by `result`, summed over the live workers (a killed
     /// worker's counts die with it).
-    pub async fn deliveries(&self) -> BTreeMap<String, f64> {
+    pub(crate) async fn deliveries(&self) -> BTreeMap<String, f64> {
         let mut total = BTreeMap::new();
         for w in &self.workers {
             for (labels, v) in metric(&w.metrics, "verdict_stage_deliveries_total").await {
@@ -189,20 +189,20 @@ impl Pool {
     }
 
     /// The sum of a scheduler metric's series (0 when it cannot be read).
-    pub async fn scheduler_metric(&self, name: &str) -> f64 {
+    pub(crate) async fn scheduler_metric(&self, name: &str) -> f64 {
         let addr = self.api_url.trim_start_matches("http://");
         metric(addr, name).await.values().sum()
     }
 
     /// One series of a scheduler metric, by its label text (`backend="redis"`); `None` when it
     /// cannot be read.
-    pub async fn scheduler_series(&self, name: &str, labels: &str) -> Option<f64> {
+    pub(crate) async fn scheduler_series(&self, name: &str, labels: &str) -> Option<f64> {
         let addr = self.api_url.trim_start_matches("http://");
         metric(addr, name).await.get(labels).copied()
     }
 
     /// Whether the scheduler process is still running.
-    pub fn scheduler_alive(&mut self) -> bool {
+    pub(crate) fn scheduler_alive(&mut self) -> bool {
         matches!(self.scheduler.child.try_wait(), Ok(None))
     }
 }

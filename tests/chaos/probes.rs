@@ -24,7 +24,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 
 /// What one submission over HTTP was answered.
 #[derive(Debug, Clone)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub status: u16,
     pub code: String,
     pub message: String,
@@ -34,7 +34,10 @@ pub struct Answer {
 }
 
 /// One submission straight over HTTP, to read its status, code and `Retry-After`.
-pub async fn submit_once(api_url: &str, submission: &ReviewSubmission) -> Result<Answer, String> {
+pub(crate) async fn submit_once(
+    api_url: &str,
+    submission: &ReviewSubmission,
+) -> Result<Answer, String> {
     let response = reqwest::Client::new()
         .post(format!("{api_url}/v1/reviews"))
         .bearer_auth(TOKEN)
@@ -61,7 +64,7 @@ pub async fn submit_once(api_url: &str, submission: &ReviewSubmission) -> Result
 
 /// A refused submission.
 #[derive(Debug, Clone)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// Since the start of the run.
     pub at: Duration,
     pub answer: Answer,
@@ -69,7 +72,7 @@ pub struct Refusal {
 
 /// What the probes of one fault saw.
 #[derive(Debug, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub accepted: Vec<Submitted>,
     pub refusals: Vec<Refusal>,
     /// Answers that were neither an acceptance nor a refusal to wait out.
@@ -80,21 +83,21 @@ pub struct Seen {
 
 impl Seen {
     /// Refusals that did not say when to come back.
-    pub fn unnamed(&self) -> impl Iterator<Item = &Refusal> {
+    pub(crate) fn unnamed(&self) -> impl Iterator<Item = &Refusal> {
         self.refusals
             .iter()
             .filter(|r| r.answer.retry_after.is_none())
     }
 
     /// From the first refusal to the last, or `None` when intake never refused.
-    pub fn refused_window(&self) -> Option<(Duration, Duration)> {
+    pub(crate) fn refused_window(&self) -> Option<(Duration, Duration)> {
         let first = self.refusals.iter().map(|r| r.at).min()?;
         let last = self.refusals.iter().map(|r| r.at).max()?;
         Some((first, last))
     }
 
     /// The line the fault's table row ends with.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let waits: std::collections::BTreeSet<&str> = self
             .refusals
             .iter()
@@ -132,7 +135,7 @@ impl Seen {
 }
 
 /// Probes running until [`Probes::stop`].
-pub struct Probes {
+pub(crate) struct Probes {
     stop: watch::Sender<bool>,
     seen: Arc<Mutex<Seen>>,
     running: tokio::task::JoinHandle<()>,
@@ -141,7 +144,7 @@ pub struct Probes {
 impl Probes {
     /// Starts probing: reviews numbered from `first` (their titles carry the number, as the
     /// workload's do).
-    pub fn start(api_url: &str, repository: &str, first: usize, started: Instant) -> Probes {
+    pub(crate) fn start(api_url: &str, repository: &str, first: usize, started: Instant) -> Probes {
         let (stop, stopped) = watch::channel(false);
         let seen = Arc::new(Mutex::new(Seen::default()));
         let running = tokio::spawn(launch(
@@ -160,7 +163,7 @@ impl Probes {
     }
 
     /// How many probes were accepted so far.
-    pub fn accepted(&self) -> usize {
+    pub(crate) fn accepted(&self) -> usize {
         self.seen
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -169,7 +172,7 @@ impl Probes {
     }
 
     /// Waits until `n` probes were accepted, for at most `limit`.
-    pub async fn await_accepted(&self, n: usize, limit: Duration) -> bool {
+    pub(crate) async fn await_accepted(&self, n: usize, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         while self.accepted() < n {
             if Instant::now() >= deadline {
@@ -182,7 +185,7 @@ impl Probes {
 
     /// Stops launching probes, waits for those in flight to be accepted, and returns what they
     /// saw.
-    pub async fn stop(self) -> Seen {
+    pub(crate) async fn stop(self) -> Seen {
         let _ = self.stop.send(true);
         let _ = self.running.await;
         std::mem::take(&mut *self.seen.lock().unwrap_or_else(PoisonError::into_inner))

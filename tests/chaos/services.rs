@@ -3,4 +3,6 @@
 //! Cluster. They live in `verdict_testkit::services`, shared with the other tests that need
 //! private services; each is killed when its guard drops, however the test ends.
 
-pub use verdict_testkit::services::{PrivateRabbit, PrivateRedis, RabbitCluster, RedisCluster};
+pub(crate) use verdict_testkit::services::{
+    PrivateRabbit, PrivateRedis, RabbitCluster, RedisCluster,
+};

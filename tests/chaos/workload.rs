@@ -18,12 +18,12 @@ const POLL: Duration = Duration::from_millis(250);
 /// The title of review `n`: the number travels into every prompt of the task (the pull-request
 /// title is an input of every stage), which is how the checker tells the fake provider's requests
 /// apart by task.
-pub fn title(n: usize) -> String {
+pub(crate) fn title(n: usize) -> String {
     format!("Add percentage coupons (chaos #{n:03})")
 }
 
 /// The review number in a text that contains a [`title`].
-pub fn task_number(text: &str) -> Option<usize> {
+pub(crate) fn task_number(text: &str) -> Option<usize> {
     let (_, rest) = text.split_once("(chaos #")?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits.parse().ok()
@@ -31,7 +31,7 @@ pub fn task_number(text: &str) -> Option<usize> {
 
 /// One accepted submission.
 #[derive(Debug, Clone)]
-pub struct Submitted {
+pub(crate) struct Submitted {
     pub n: usize,
     pub id: String,
     /// Since the start of the run.
@@ -40,7 +40,7 @@ pub struct Submitted {
 
 /// Why following stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// Every task was submitted and reached a terminal state.
     AllEnded,
     /// The faults were over and nothing moved (no task ended, no provider request) for the quiet
@@ -51,7 +51,7 @@ pub enum End {
 }
 
 #[derive(Debug)]
-pub struct Workload {
+pub(crate) struct Workload {
     client: ApiClient,
     repository: String,
     total: usize,
@@ -65,7 +65,12 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn new(client: ApiClient, repository: String, total: usize, max_active: usize) -> Self {
+    pub(crate) fn new(
+        client: ApiClient,
+        repository: String,
+        total: usize,
+        max_active: usize,
+    ) -> Self {
         Workload {
             client,
             repository,
@@ -100,7 +105,7 @@ impl Workload {
     }
 
     /// Submits and follows until [`End`]. `faults` closes when the fault injector is done.
-    pub async fn run(
+    pub(crate) async fn run(
         &mut self,
         fake: &FakeProvider,
         faults: &watch::Receiver<()>,

@@ -28,11 +28,11 @@ mod spans {
     use tracing_subscriber::registry::LookupSpan;
 
     /// A span's name and its parent's name.
-    pub type Seen = (String, Option<String>);
+    pub(crate) type Seen = (String, Option<String>);
 
     /// Records every span as it is created.
     #[derive(Clone, Default)]
-    pub struct Capture(pub Arc<Mutex<Vec<Seen>>>);
+    pub(crate) struct Capture(pub Arc<Mutex<Vec<Seen>>>);
 
     impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
         fn on_new_span(&self, _attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
@@ -45,7 +45,7 @@ mod spans {
         }
     }
 
-    pub fn subscriber(capture: Capture) -> impl Subscriber + Send + Sync {
+    pub(crate) fn subscriber(capture: Capture) -> impl Subscriber + Send + Sync {
         tracing_subscriber::registry().with(capture)
     }
 }

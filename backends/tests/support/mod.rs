@@ -3,6 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod rabbitmq;
-pub mod redis;
-pub mod wait;
+pub(crate) mod rabbitmq;
+pub(crate) mod redis;
+pub(crate) mod wait;

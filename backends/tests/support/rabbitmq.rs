@@ -10,15 +10,15 @@ use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 use verdict_backends::broker::amqp::AmqpConfig;
 
-pub const RABBIT: &str = "127.0.0.1:5672";
+pub(crate) const RABBIT: &str = "127.0.0.1:5672";
 
-pub fn url(address: &str) -> String {
+pub(crate) fn url(address: &str) -> String {
     format!("amqp://guest:guest@{address}/%2f")
 }
 
 /// A config with a fresh prefix, changed by `adjust`; the guard deletes that prefix's topology
 /// (including the delay queues `adjust` chose) when it is dropped.
-pub fn config(adjust: impl FnOnce(&mut AmqpConfig)) -> (AmqpConfig, Cleanup) {
+pub(crate) fn config(adjust: impl FnOnce(&mut AmqpConfig)) -> (AmqpConfig, Cleanup) {
     let prefix = format!("test-{:016x}", rand::random::<u64>());
     let mut config = AmqpConfig::new(url(RABBIT));
     config.prefix = prefix.clone();
@@ -38,7 +38,7 @@ pub fn config(adjust: impl FnOnce(&mut AmqpConfig)) -> (AmqpConfig, Cleanup) {
 
 /// Deletes a prefix's queues and exchanges on drop, from a thread of its own so it also runs
 /// while a failed test unwinds (and inside a runtime, which cannot block).
-pub struct Cleanup {
+pub(crate) struct Cleanup {
     prefix: String,
     buckets_ms: Vec<u64>,
 }
@@ -87,12 +87,12 @@ impl Drop for Cleanup {
 }
 
 /// A plain lapin connection, for looking behind the broker's back.
-pub async fn raw_connection() -> lapin::Result<Connection> {
+pub(crate) async fn raw_connection() -> lapin::Result<Connection> {
     Connection::connect(&url(RABBIT), ConnectionProperties::default()).await
 }
 
 /// Messages ready (not handed out) in `queue`.
-pub async fn ready_count(queue: &str) -> u32 {
+pub(crate) async fn ready_count(queue: &str) -> u32 {
     let connection = raw_connection().await.unwrap();
     let channel = connection.create_channel().await.unwrap();
     let declared = channel

@@ -5,13 +5,13 @@ use std::process::{Child, Command, Stdio};
 use super::wait::eventually;
 
 /// A `redis-server` of our own on `port`, killed on drop.
-pub struct PrivateRedis {
+pub(crate) struct PrivateRedis {
     child: Child,
     _dir: tempfile::TempDir,
 }
 
 impl PrivateRedis {
-    pub async fn start(port: u16) -> PrivateRedis {
+    pub(crate) async fn start(port: u16) -> PrivateRedis {
         let dir = tempfile::tempdir().unwrap();
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -39,7 +39,7 @@ impl PrivateRedis {
         PrivateRedis { child, _dir: dir }
     }
 
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
@@ -53,7 +53,7 @@ impl Drop for PrivateRedis {
 }
 
 /// A loopback port nobody listens on now.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -7,17 +7,17 @@ use tokio::time::Instant;
 
 /// Upper bound for anything that should happen "promptly"; generous for a loaded 2-core machine
 /// running several builds at once.
-pub const PROMPTLY: Duration = Duration::from_secs(20);
+pub(crate) const PROMPTLY: Duration = Duration::from_secs(20);
 
 /// Awaits `future`, failing the test after [`PROMPTLY`].
-pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+pub(crate) async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(PROMPTLY, future)
         .await
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
 /// Polls `condition` every few milliseconds until it holds, failing the test after [`PROMPTLY`].
-pub async fn eventually<F, Fut>(what: &str, mut condition: F)
+pub(crate) async fn eventually<F, Fut>(what: &str, mut condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,

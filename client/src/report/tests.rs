@@ -9,7 +9,7 @@ use super::*;
 use verdict_api::document::{Coverage, NotReviewed, RepositoryView, TaskKind, Timings};
 
 /// A finished scan document with `findings` and a coverage of `scanned` files and `skipped`.
-pub fn scan_document(
+pub(super) fn scan_document(
     id: &str,
     url: &str,
     score: Option<u64>,

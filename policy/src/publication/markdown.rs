@@ -15,14 +15,14 @@ const BREAK: char = '\u{200B}';
 
 /// A text's length as GitHub's limit counts it, measured in UTF-16 code units: never less than
 /// the number of characters, so a body that fits here fits there.
-pub fn length(text: &str) -> usize {
+pub(super) fn length(text: &str) -> usize {
     text.encode_utf16().count()
 }
 
 /// `text` with every `<!--` and `-->` broken, so it can neither forge a marker ([`MARKER_PREFIX`]
 /// starts with `<!--`) nor open or close an HTML comment. A trailing `<`, `<!` or `<!-` is broken
 /// too, so no text that follows can complete it.
-pub fn untrusted(text: &str) -> String {
+pub(super) fn untrusted(text: &str) -> String {
     let mut out = text
         .replace("<!--", "<\u{200B}!--")
         .replace("-->", "--\u{200B}>");
@@ -33,13 +33,13 @@ pub fn untrusted(text: &str) -> String {
 }
 
 /// Whether `text` contains a marker's beginning (checked on code that is posted unchanged).
-pub fn has_marker(text: &str) -> bool {
+pub(super) fn has_marker(text: &str) -> bool {
     text.contains(MARKER_PREFIX)
 }
 
 /// `text` on one line: line breaks and other control characters become spaces, runs of
 /// whitespace one space.
-pub fn one_line(text: &str) -> String {
+pub(super) fn one_line(text: &str) -> String {
     text.split(|c: char| c.is_whitespace() || c.is_control())
         .filter(|w| !w.is_empty())
         .collect::<Vec<_>>()
@@ -48,7 +48,7 @@ pub fn one_line(text: &str) -> String {
 
 /// An inline code span showing `text` (one line, untrusted) literally: fenced by one backtick
 /// more than its longest run of backticks, padded when it starts or ends with one.
-pub fn code(text: &str) -> String {
+pub(super) fn code(text: &str) -> String {
     let text = untrusted(&one_line(text));
     let fence = "`".repeat(longest_run(&text, '`') + 1);
     let pad = if text.starts_with('`') || text.ends_with('`') {
@@ -61,19 +61,19 @@ pub fn code(text: &str) -> String {
 
 /// Untrusted Markdown prose, cut to `max` units: neutralised ([`untrusted`]), and a code fence it
 /// leaves open is closed, so it cannot turn the rest of the body into code.
-pub fn prose(text: &str, max: usize) -> String {
+pub(super) fn prose(text: &str, max: usize) -> String {
     close_fences(&cut(&untrusted(text.trim_matches('\n')), max))
 }
 
 /// A fence of `ch` (backtick or tilde) longer than any run of it in `text`, at least three long,
 /// so `text` cannot close the block early.
-pub fn fence(text: &str, ch: char) -> String {
+pub(super) fn fence(text: &str, ch: char) -> String {
     ch.to_string().repeat((longest_run(text, ch) + 1).max(3))
 }
 
 /// `text` cut to at most `max` units ([`length`]) on a character boundary, ending in `…` when
 /// cut.
-pub fn cut(text: &str, max: usize) -> String {
+pub(super) fn cut(text: &str, max: usize) -> String {
     if length(text) <= max {
         return text.to_owned();
     }
@@ -109,7 +109,7 @@ fn longest_run(text: &str, ch: char) -> usize {
 
 /// A fence line's character and length (CommonMark: at most three spaces of indentation, three
 /// or more backticks or tildes), and whether anything follows the fence.
-pub fn fence_line(line: &str) -> Option<(char, usize, &str)> {
+pub(super) fn fence_line(line: &str) -> Option<(char, usize, &str)> {
     let indent = line.len() - line.trim_start_matches(' ').len();
     if indent > 3 {
         return None;

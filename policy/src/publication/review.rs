@@ -59,7 +59,7 @@ fn has_critical(result: &ReviewResult) -> bool {
 
 /// The plan for a decided review; `forced` are findings (by index) that go to the body even when
 /// they could be inline (the host refused them).
-pub fn decided(
+pub(super) fn decided(
     input: &ReviewInput<'_>,
     settings: &PublishSettings,
     result: &ReviewResult,
@@ -139,7 +139,7 @@ pub fn decided(
 
 /// The plan for a degraded review (SPEC G3, S7): a neutral COMMENT that explains the
 /// non-decision — no score, no findings — and says what was not reviewed.
-pub fn degraded(input: &ReviewInput<'_>, settings: &PublishSettings) -> ReviewPlan {
+pub(super) fn degraded(input: &ReviewInput<'_>, settings: &PublishSettings) -> ReviewPlan {
     let lang = settings.language;
     let explanation = input
         .result

@@ -38,7 +38,7 @@ const NOT_CODE: &[&str] = &[
 
 /// The code of `suggestion` when it is one fenced code block of replacement code (see the module
 /// documentation); `None` when it must be shown as text.
-pub fn code_of(suggestion: &str) -> Option<String> {
+pub(super) fn code_of(suggestion: &str) -> Option<String> {
     let text = suggestion.trim_matches(|c: char| c == '\n' || c == '\r' || c == ' ' || c == '\t');
     let lines: Vec<&str> = text
         .split('\n')
@@ -75,7 +75,7 @@ pub fn code_of(suggestion: &str) -> Option<String> {
 }
 
 /// A suggestion block holding `code`, fenced by more backticks than `code` contains.
-pub fn block(code: &str) -> String {
+pub(super) fn block(code: &str) -> String {
     let fence = markdown::fence(code, '`');
     format!("{fence}suggestion\n{code}\n{fence}")
 }
@@ -87,7 +87,7 @@ pub fn block(code: &str) -> String {
 /// converted to the replaced lines' kind: one level of the code's is its smallest relative
 /// indentation, one level of the file's is the smallest step between its lines' indentations
 /// (four spaces when they are all alike). Blank lines become empty.
-pub fn realign(code: &str, replaced: &str) -> String {
+pub(super) fn realign(code: &str, replaced: &str) -> String {
     let base = replaced
         .split('\n')
         .find(|l| !l.trim().is_empty())

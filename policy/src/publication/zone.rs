@@ -16,13 +16,13 @@ use crate::result::ResultFinding;
 
 /// The changed files of a pull request with their safety zones, parsed once per plan.
 #[derive(Debug)]
-pub struct Zone<'a> {
+pub(super) struct Zone<'a> {
     files: Vec<ZoneFile<'a>>,
 }
 
 /// One changed file: its path, its piece of the diff and its commentable lines.
 #[derive(Debug)]
-pub struct ZoneFile<'a> {
+pub(super) struct ZoneFile<'a> {
     pub path: &'a str,
     pub piece: &'a str,
     lines: CommentableLines,
@@ -30,7 +30,7 @@ pub struct ZoneFile<'a> {
 
 /// Where one finding goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Place<'z> {
+pub(super) enum Place<'z> {
     /// On the diff: `start..=end` of `path` are all commentable.
     Inline {
         path: &'z str,
@@ -44,7 +44,7 @@ pub enum Place<'z> {
 
 /// How a finding in the body says where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Location {
+pub(super) enum Location {
     /// Lines of a file (outside the zone, or refused inline by the host).
     Lines { path: String, start: u32, end: u32 },
     /// A whole file.
@@ -56,7 +56,7 @@ pub enum Location {
 }
 
 impl<'a> Zone<'a> {
-    pub fn new(files: &'a [ChangedFile]) -> Zone<'a> {
+    pub(super) fn new(files: &'a [ChangedFile]) -> Zone<'a> {
         Zone {
             files: files
                 .iter()
@@ -71,7 +71,7 @@ impl<'a> Zone<'a> {
 
     /// The changed file `file` names: the one with exactly that path, else the only one that
     /// matches loosely ([`loosely_same`]).
-    pub fn file(&self, file: &str) -> Option<&ZoneFile<'a>> {
+    pub(super) fn file(&self, file: &str) -> Option<&ZoneFile<'a>> {
         if let Some(exact) = self.files.iter().find(|f| f.path == file) {
             return Some(exact);
         }
@@ -87,7 +87,7 @@ impl<'a> Zone<'a> {
 
     /// Where `finding` goes: inline when it names lines that all lie in one commentable range of
     /// the one changed file its path maps to, the body otherwise.
-    pub fn place<'z>(&'z self, finding: &ResultFinding) -> Place<'z> {
+    pub(super) fn place<'z>(&'z self, finding: &ResultFinding) -> Place<'z> {
         let note = finding.grounding.as_ref();
         if note.is_some_and(|n| n.status == LocationStatus::Unlocated) {
             return Place::Body(Location::NotFound(note.and_then(|n| n.reported.clone())));

@@ -79,7 +79,7 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
 /// schemars would otherwise leave an `Option` field out of `required`, and serde would accept it
 /// missing.
 #[derive(Debug)]
-pub struct NullOr<T>(PhantomData<T>);
+pub(crate) struct NullOr<T>(PhantomData<T>);
 
 impl<T: JsonSchema> JsonSchema for NullOr<T> {
     fn inline_schema() -> bool {

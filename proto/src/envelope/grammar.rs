@@ -12,7 +12,7 @@ use crate::gbnf::{Expr, Grammar};
 
 /// Upper bounds of a generated envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EnvelopeBounds {
+pub(crate) struct EnvelopeBounds {
     /// Blocks in one list (findings, labels).
     pub max_items: u32,
     /// Lines of one text field.

@@ -33,9 +33,9 @@ pub(crate) struct Tags {
 }
 
 impl Tags {
-    pub const ROOT: usize = 0;
+    pub(super) const ROOT: usize = 0;
 
-    pub fn new(root: &'static str, fields: Vec<&'static Field>) -> Tags {
+    pub(super) fn new(root: &'static str, fields: Vec<&'static Field>) -> Tags {
         let mut names = vec![root];
         let mut by_index = vec![None];
         for f in fields {
@@ -48,20 +48,20 @@ impl Tags {
         }
     }
 
-    pub fn index(&self, name: &str) -> Option<usize> {
+    pub(super) fn index(&self, name: &str) -> Option<usize> {
         self.names.iter().position(|n| *n == name)
     }
 
-    pub fn name(&self, index: usize) -> &'static str {
+    pub(super) fn name(&self, index: usize) -> &'static str {
         self.names.get(index).copied().unwrap_or("?")
     }
 
-    pub fn field(&self, index: usize) -> Option<&'static Field> {
+    pub(super) fn field(&self, index: usize) -> Option<&'static Field> {
         self.fields.get(index).copied().flatten()
     }
 
     /// Classifies one line (already stripped of its line terminator).
-    pub fn classify<'a>(&self, raw: &'a str) -> Line<'a> {
+    pub(super) fn classify<'a>(&self, raw: &'a str) -> Line<'a> {
         let t = raw.trim();
         if t.is_empty() {
             return Line::Blank;

@@ -24,11 +24,11 @@ use crate::diagnostic::{Collector, Diagnostic, DiagnosticCode as Code, Diagnosti
 use lexer::{Line, Tags};
 
 /// At most this many non-empty lines of presentation text may surround the envelope (P1 rule 6).
-pub const MAX_SURROUNDING_LINES: usize = 3;
+pub(crate) const MAX_SURROUNDING_LINES: usize = 3;
 /// At most this many characters (of the trimmed non-empty lines) may surround the envelope.
-pub const MAX_SURROUNDING_CHARS: usize = 500;
+pub(crate) const MAX_SURROUNDING_CHARS: usize = 500;
 /// Info strings accepted on one outer Markdown fence (case-insensitive).
-pub const ACCEPTED_FENCES: [&str; 4] = ["", "xml", "text", "plaintext"];
+pub(crate) const ACCEPTED_FENCES: [&str; 4] = ["", "xml", "text", "plaintext"];
 
 /// Parses `response` as one envelope of `spec`; `build` types the root fields. Every problem is
 /// collected; the value is returned only when there is none.

@@ -10,7 +10,7 @@ pub(crate) struct Path<'p> {
 }
 
 impl<'p> Path<'p> {
-    pub fn root(tag: &'static str) -> Path<'static> {
+    pub(crate) fn root(tag: &'static str) -> Path<'static> {
         Path {
             parent: None,
             tag,
@@ -18,7 +18,7 @@ impl<'p> Path<'p> {
         }
     }
 
-    pub fn child(&'p self, tag: &'static str) -> Path<'p> {
+    pub(crate) fn child(&'p self, tag: &'static str) -> Path<'p> {
         Path {
             parent: Some(self),
             tag,
@@ -26,7 +26,7 @@ impl<'p> Path<'p> {
         }
     }
 
-    pub fn item(&'p self, tag: &'static str, index_from_one: usize) -> Path<'p> {
+    pub(crate) fn item(&'p self, tag: &'static str, index_from_one: usize) -> Path<'p> {
         Path {
             parent: Some(self),
             tag,
@@ -34,12 +34,12 @@ impl<'p> Path<'p> {
         }
     }
 
-    pub fn tag(&self) -> &'static str {
+    pub(crate) fn tag(&self) -> &'static str {
         self.tag
     }
 
     /// The root renders as its own tag; everything below it omits the root.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut segments = Vec::new();
         let mut cur = Some(self);
         while let Some(p) = cur {

@@ -7,7 +7,7 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub fn new(root: &str) -> Writer {
+    pub(crate) fn new(root: &str) -> Writer {
         let mut w = Writer {
             out: String::with_capacity(1024),
         };
@@ -15,19 +15,19 @@ impl Writer {
         w
     }
 
-    pub fn open(&mut self, tag: &str) {
+    pub(crate) fn open(&mut self, tag: &str) {
         self.out.push('<');
         self.out.push_str(tag);
         self.out.push_str(">\n");
     }
 
-    pub fn close(&mut self, tag: &str) {
+    pub(crate) fn close(&mut self, tag: &str) {
         self.out.push_str("</");
         self.out.push_str(tag);
         self.out.push_str(">\n");
     }
 
-    pub fn scalar(&mut self, tag: &str, value: &str) {
+    pub(crate) fn scalar(&mut self, tag: &str, value: &str) {
         self.out.push('<');
         self.out.push_str(tag);
         self.out.push('>');
@@ -36,14 +36,14 @@ impl Writer {
     }
 
     /// A text field in block form; `None` is written as `NONE`.
-    pub fn text(&mut self, tag: &str, value: Option<&str>) {
+    pub(crate) fn text(&mut self, tag: &str, value: Option<&str>) {
         self.open(tag);
         self.out.push_str(value.unwrap_or("NONE"));
         self.out.push('\n');
         self.close(tag);
     }
 
-    pub fn finish(mut self, root: &str) -> String {
+    pub(crate) fn finish(mut self, root: &str) -> String {
         self.close(root);
         self.out
     }

@@ -57,7 +57,7 @@ pub(crate) struct EnvelopeSpec {
 }
 
 impl Field {
-    pub const fn scalar(
+    pub(crate) const fn scalar(
         tag: &'static str,
         domain: Domain,
         hint: (&'static str, &'static str),
@@ -69,7 +69,7 @@ impl Field {
         }
     }
 
-    pub const fn text(tag: &'static str, hint: (&'static str, &'static str)) -> Field {
+    pub(crate) const fn text(tag: &'static str, hint: (&'static str, &'static str)) -> Field {
         Field {
             tag,
             kind: Kind::Text,
@@ -77,7 +77,7 @@ impl Field {
         }
     }
 
-    pub const fn record(tag: &'static str, fields: &'static [Field]) -> Field {
+    pub(crate) const fn record(tag: &'static str, fields: &'static [Field]) -> Field {
         Field {
             tag,
             kind: Kind::Record(fields),
@@ -85,7 +85,7 @@ impl Field {
         }
     }
 
-    pub const fn list(tag: &'static str, item: &'static Field) -> Field {
+    pub(crate) const fn list(tag: &'static str, item: &'static Field) -> Field {
         Field {
             tag,
             kind: Kind::List(item),
@@ -94,7 +94,7 @@ impl Field {
     }
 
     /// The fields a block of this field may contain, in order (`None` for scalar and text).
-    pub fn children(&self) -> Option<&'static [Field]> {
+    pub(crate) fn children(&self) -> Option<&'static [Field]> {
         match &self.kind {
             Kind::Record(fields) => Some(fields),
             Kind::List(item) => Some(std::slice::from_ref(*item)),
@@ -106,7 +106,7 @@ impl Field {
 impl EnvelopeSpec {
     /// Every tag of the protocol with the field that defines it (root excluded). Within one
     /// protocol a tag always has the same kind, so the first definition is enough.
-    pub fn tags(&self) -> Vec<&'static Field> {
+    pub(crate) fn tags(&self) -> Vec<&'static Field> {
         fn walk(fields: &'static [Field], out: &mut Vec<&'static Field>) {
             for f in fields {
                 if !out.iter().any(|o| o.tag == f.tag) {
@@ -123,7 +123,7 @@ impl EnvelopeSpec {
     }
 
     /// The field order of a record, as the diagnostics spell it out.
-    pub fn order_list(fields: &[Field]) -> String {
+    pub(crate) fn order_list(fields: &[Field]) -> String {
         fields.iter().map(|f| f.tag).collect::<Vec<_>>().join(", ")
     }
 }

@@ -46,7 +46,7 @@ pub(crate) struct TreeParser<'s, 'a, 'c> {
 }
 
 impl<'s, 'a, 'c> TreeParser<'s, 'a, 'c> {
-    pub fn new(
+    pub(super) fn new(
         lines: &'s [&'a str],
         kinds: &'s [Line<'a>],
         tags: &'s Tags,
@@ -70,7 +70,12 @@ impl<'s, 'a, 'c> TreeParser<'s, 'a, 'c> {
 
     /// Parses the root's fields on lines `start..end` (exclusive of the envelope's own tag lines)
     /// and checks their order; `end` is the index of the closing envelope line.
-    pub fn root(&mut self, spec: &EnvelopeSpec, start: usize, end: usize) -> Vec<Node<'s, 'a>> {
+    pub(super) fn root(
+        &mut self,
+        spec: &EnvelopeSpec,
+        start: usize,
+        end: usize,
+    ) -> Vec<Node<'s, 'a>> {
         let path = Path::root(spec.root);
         let mut pos = start;
         let children = self.block_children(

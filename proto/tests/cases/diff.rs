@@ -22,8 +22,8 @@ use serde_json::ser::{Formatter, Serializer};
 use verdict_proto::Diagnostic;
 use verdict_proto::diff::{self, CommentableFile, CommentableLines, Diff, FileDiff};
 
-pub const INPUT: &str = "diff";
-pub const COMPANIONS: &[&str] = &["json", "queries.json"];
+pub(crate) const INPUT: &str = "diff";
+pub(crate) const COMPANIONS: &[&str] = &["json", "queries.json"];
 
 /// A case's expected parse; see the module documentation for the layout.
 #[derive(Serialize)]
@@ -66,7 +66,7 @@ impl Query {
     }
 }
 
-pub fn check(input: &Path, bless: bool) -> Result<(), String> {
+pub(crate) fn check(input: &Path, bless: bool) -> Result<(), String> {
     let name = input.display().to_string();
     let text = fs::read_to_string(input).map_err(|e| format!("{name}: {e}"))?;
     let parsed: Diff = diff::parse(&text);

@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use verdict_proto::ProtocolId;
 use verdict_proto::grounding::{self, MemoryTree, Scope};
 
-pub const INPUT: &str = "case";
-pub const COMPANIONS: &[&str] = &["expected.json"];
+pub(crate) const INPUT: &str = "case";
+pub(crate) const COMPANIONS: &[&str] = &["expected.json"];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,7 +32,7 @@ struct Case {
     value: Value,
 }
 
-pub fn check(input: &Path, bless: bool) -> Result<(), String> {
+pub(crate) fn check(input: &Path, bless: bool) -> Result<(), String> {
     let shown = input.display();
     let text = fs::read_to_string(input).map_err(|e| format!("{shown}: {e}"))?;
     let case: Case = serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}"))?;

@@ -12,10 +12,10 @@ use std::path::Path;
 
 use verdict_proto::{ProtocolId, ValidateOptions, validate};
 
-pub const INPUT: &str = "txt";
-pub const COMPANIONS: &[&str] = &["json", "err", "options.json"];
+pub(crate) const INPUT: &str = "txt";
+pub(crate) const COMPANIONS: &[&str] = &["json", "err", "options.json"];
 
-pub fn check(protocol: ProtocolId, input: &Path, bless: bool) -> Result<(), String> {
+pub(crate) fn check(protocol: ProtocolId, input: &Path, bless: bool) -> Result<(), String> {
     let name = input.display().to_string();
     let response = fs::read_to_string(input).map_err(|e| format!("{name}: {e}"))?;
     let options_path = input.with_extension("options.json");

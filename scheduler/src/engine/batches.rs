@@ -99,7 +99,7 @@ impl Drop for Driving {
 }
 
 impl Batches {
-    pub fn new(
+    pub(super) fn new(
         deps: &SchedulerDeps,
         settings: &SchedulerSettings,
         records: &TaskRecords,
@@ -137,7 +137,7 @@ impl Batches {
     /// ([`super::records::create_listed`]); `false` when one with this id exists (the same
     /// idempotency key was used before), which is listed as active again unless it ended: the
     /// earlier try may have failed to list it.
-    pub async fn create(&self, batch: &BatchRecord) -> Result<bool, ServiceError> {
+    pub(super) async fn create(&self, batch: &BatchRecord) -> Result<bool, ServiceError> {
         let body = serde_json::to_string(batch)
             .map_err(|e| ServiceError::Unavailable(format!("encode scan batch: {e}")))?;
         let id = &batch.id;
@@ -175,7 +175,7 @@ impl Batches {
         Ok((stored.version, batch))
     }
 
-    pub async fn load(&self, id: &str) -> Result<BatchRecord, ServiceError> {
+    pub(super) async fn load(&self, id: &str) -> Result<BatchRecord, ServiceError> {
         self.read(id).await.map(|(_, b)| b)
     }
 
@@ -211,7 +211,7 @@ impl Batches {
     }
 
     /// The batch's document: its members' task states read now.
-    pub async fn document(&self, id: &str) -> Result<ScanBatchDocument, ServiceError> {
+    pub(super) async fn document(&self, id: &str) -> Result<ScanBatchDocument, ServiceError> {
         let batch = self.load(id).await?;
         let (states, over_budget) = self.member_tasks(&batch).await?;
         let mut doc = scan_batch::document(&batch, &states);
@@ -262,7 +262,7 @@ impl Batches {
     /// Drives batch `id` in the background unless this process already does. `force`: even
     /// while another replica's lease is live (an explicit resume; safe, since creating a member
     /// twice names one task).
-    pub fn spawn(&self, scheduler: &Scheduler, id: &str, force: bool) {
+    pub(super) fn spawn(&self, scheduler: &Scheduler, id: &str, force: bool) {
         let guard = {
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
             if !running.insert(id.to_owned()) {
@@ -573,7 +573,7 @@ impl Batches {
 
     /// One pass over the active batches: a finished one marked so and retired; one whose
     /// driver's lease lapsed with work left (not enumerated, members not created) driven on.
-    pub async fn sweep(&self, scheduler: &Scheduler) {
+    pub(super) async fn sweep(&self, scheduler: &Scheduler) {
         let ids = match self.documents.set_members(ACTIVE).await {
             Ok(ids) => ids,
             Err(e) => {

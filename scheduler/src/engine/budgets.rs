@@ -33,7 +33,7 @@ pub(super) struct Budgets {
 }
 
 impl Budgets {
-    pub fn new(deps: &SchedulerDeps, settings: &SchedulerSettings) -> Budgets {
+    pub(super) fn new(deps: &SchedulerDeps, settings: &SchedulerSettings) -> Budgets {
         Budgets {
             settings: Arc::new(settings.budgets.clone()),
             ledger: deps.budgets.clone(),
@@ -41,7 +41,7 @@ impl Budgets {
         }
     }
 
-    pub fn settings(&self) -> &BudgetSettings {
+    pub(super) fn settings(&self) -> &BudgetSettings {
         &self.settings
     }
 
@@ -58,7 +58,7 @@ impl Budgets {
 
     /// Reserves the estimate of `task` (its inputs prepared), or says why it may not start.
     /// `None`: its organisation has no budget.
-    pub async fn reserve(&self, task: &TaskRecord) -> Result<Option<BudgetHold>, Refusal> {
+    pub(super) async fn reserve(&self, task: &TaskRecord) -> Result<Option<BudgetHold>, Refusal> {
         let Some((organisation, limit)) = self.budgeted(task) else {
             return Ok(None);
         };
@@ -90,7 +90,7 @@ impl Budgets {
 
     /// Whether scanning with `estimate` for `organisation` fits what its budget has left now;
     /// `Ok` also when it has no budget.
-    pub async fn preflight(
+    pub(super) async fn preflight(
         &self,
         organisation: &str,
         what: &str,
@@ -123,7 +123,7 @@ impl Budgets {
 
     /// Settles ended `task`'s hold with what it spent. `true` when there is nothing left to
     /// settle (the caller may retire the task); `false` when the ledger did not answer.
-    pub async fn settle(&self, task: &TaskRecord) -> bool {
+    pub(super) async fn settle(&self, task: &TaskRecord) -> bool {
         let Some(hold) = &task.budget else {
             return true;
         };

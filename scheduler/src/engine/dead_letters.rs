@@ -77,7 +77,11 @@ enum Verdict {
 }
 
 impl DeadLetters {
-    pub fn new(deps: &SchedulerDeps, settings: &SchedulerSettings, parts: &Parts) -> DeadLetters {
+    pub(super) fn new(
+        deps: &SchedulerDeps,
+        settings: &SchedulerSettings,
+        parts: &Parts,
+    ) -> DeadLetters {
         DeadLetters {
             transitions: parts.transitions.clone(),
             clock: deps.clock.clone(),
@@ -89,7 +93,7 @@ impl DeadLetters {
     }
 
     /// Ends the task of one dead letter, then settles the delivery.
-    pub async fn handle(&self, delivery: Delivery) {
+    pub(super) async fn handle(&self, delivery: Delivery) {
         let message = &delivery.message;
         let reason = message
             .headers

@@ -55,7 +55,11 @@ pub(super) struct Service {
 }
 
 impl Service {
-    pub fn new(deps: &SchedulerDeps, settings: &SchedulerSettings, parts: &Parts) -> Service {
+    pub(super) fn new(
+        deps: &SchedulerDeps,
+        settings: &SchedulerSettings,
+        parts: &Parts,
+    ) -> Service {
         Service {
             defaults: TaskDefaults::new(settings),
             records: parts.records.clone(),

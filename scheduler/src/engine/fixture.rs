@@ -70,18 +70,21 @@ pub(super) struct Fixture {
 }
 
 impl Fixture {
-    pub fn new() -> Fixture {
+    pub(super) fn new() -> Fixture {
         let store = Arc::new(MemoryStore::new());
         Fixture::with_documents(store.clone(), store)
     }
 
     /// Task records kept in `documents`; everything else in `store`.
-    pub fn with_documents(documents: Arc<dyn DocumentStore>, store: Arc<MemoryStore>) -> Fixture {
+    pub(super) fn with_documents(
+        documents: Arc<dyn DocumentStore>,
+        store: Arc<MemoryStore>,
+    ) -> Fixture {
         Fixture::with_stores(documents, store.clone(), store)
     }
 
     /// Task records and stage inputs behind `outages`' switches; everything else in its store.
-    pub fn with_outages(outages: &Arc<Outages>) -> Fixture {
+    pub(super) fn with_outages(outages: &Arc<Outages>) -> Fixture {
         Fixture::with_stores(outages.clone(), outages.clone(), outages.store.clone())
     }
 
@@ -167,30 +170,30 @@ impl Fixture {
     }
 
     /// A fixture whose scheduler applies `budgets` (SPEC X5).
-    pub fn with_budgets(budgets: verdict_policy::budget::BudgetSettings) -> Fixture {
+    pub(super) fn with_budgets(budgets: verdict_policy::budget::BudgetSettings) -> Fixture {
         let mut fx = Fixture::new();
         fx.settings.budgets = budgets;
         fx.parts = Parts::assemble(&fx.deps, &fx.settings, &fx.background, &fx.stop);
         fx
     }
 
-    pub fn now(&self) -> u64 {
+    pub(super) fn now(&self) -> u64 {
         self.deps.clock.now_unix_ms()
     }
 
-    pub fn metrics(&self) -> &SchedulerMetrics {
+    pub(super) fn metrics(&self) -> &SchedulerMetrics {
         &self.deps.metrics
     }
 
     /// A scan of [`REPO`] as submitted: stored, queued, not yet taken in.
-    pub async fn queued_scan(&self) -> TaskRecord {
+    pub(super) async fn queued_scan(&self) -> TaskRecord {
         let task = self.queued_scan_unstored();
         self.parts.records.create(&task).await.unwrap();
         task
     }
 
     /// The record of a scan of [`REPO`] as submitted, not stored yet.
-    pub fn queued_scan_unstored(&self) -> TaskRecord {
+    pub(super) fn queued_scan_unstored(&self) -> TaskRecord {
         let submission = ScanSubmission {
             repository: REPO.to_owned(),
             revision: "v1".to_owned(),
@@ -202,7 +205,7 @@ impl Fixture {
     }
 
     /// A review of [`REPO`] from `main` to `feature` as submitted: stored, queued.
-    pub async fn queued_review(&self) -> TaskRecord {
+    pub(super) async fn queued_review(&self) -> TaskRecord {
         let submission = ReviewSubmission {
             repository: REPO.to_owned(),
             base: "main".to_owned(),
@@ -222,7 +225,7 @@ impl Fixture {
 
     /// Pull request #`number` of `acme/shop` on the in-memory host, its head `head` changing
     /// [`REPO`] by [`DIFF`] from `main`'s commit.
-    pub fn pull_request(&self, number: u64, head: &str) -> ItemRef {
+    pub(super) fn pull_request(&self, number: u64, head: &str) -> ItemRef {
         let item = ItemRef {
             repo: RepoId {
                 owner: "acme".to_owned(),
@@ -257,7 +260,11 @@ impl Fixture {
     }
 
     /// A review of pull request `item` given by its URL, stored and queued.
-    pub async fn queued_pull_request_review(&self, item: &ItemRef, publish: bool) -> TaskRecord {
+    pub(super) async fn queued_pull_request_review(
+        &self,
+        item: &ItemRef,
+        publish: bool,
+    ) -> TaskRecord {
         let submission = ReviewSubmission {
             pull_request: Some(format!(
                 "https://github.com/{}/pull/{}",
@@ -274,7 +281,7 @@ impl Fixture {
     }
 
     /// A scan started by a replica that crashed before publishing: its stage is `planned`.
-    pub async fn started_unpublished_scan(&self) -> TaskRecord {
+    pub(super) async fn started_unpublished_scan(&self) -> TaskRecord {
         let task = self.queued_scan().await;
         let now = self.now();
         self.parts
@@ -286,20 +293,20 @@ impl Fixture {
     }
 
     /// Waits until everything the parts started in the background has finished.
-    pub async fn settle(&self) {
+    pub(super) async fn settle(&self) {
         self.background.close();
         self.background.wait().await;
         self.background.reopen();
     }
 
-    pub async fn load(&self, id: &str) -> TaskRecord {
+    pub(super) async fn load(&self, id: &str) -> TaskRecord {
         self.parts.records.load(id).await.unwrap()
     }
 
     /// `body` published on the results queue and taken off it again. A delivery dropped without
     /// being settled goes back on the queue, so the queue's depth afterwards tells whether the
     /// code under test settled it.
-    pub async fn result_delivery(&self, body: Vec<u8>) -> Delivery {
+    pub(super) async fn result_delivery(&self, body: Vec<u8>) -> Delivery {
         let message = Message {
             body,
             headers: Default::default(),

@@ -293,7 +293,7 @@ impl Refused {
 }
 
 impl Intake {
-    pub fn new(
+    pub(super) fn new(
         deps: &SchedulerDeps,
         settings: &SchedulerSettings,
         records: &TaskRecords,
@@ -329,23 +329,23 @@ impl Intake {
 
     /// The intake pool's slots and its time limit, which a scan batch's enumeration shares
     /// (`engine::batches`): listing an organisation is intake work too.
-    pub fn pool(&self) -> (Arc<Semaphore>, Duration) {
+    pub(super) fn pool(&self) -> (Arc<Semaphore>, Duration) {
         (self.slots.clone(), self.timeout)
     }
 
     /// This replica's name on the intakes it owns and on its heartbeat.
-    pub fn replica(&self) -> Arc<str> {
+    pub(super) fn replica(&self) -> Arc<str> {
         self.replica.clone()
     }
 
     /// How long an intake owns its task, in milliseconds.
-    pub fn timeout_ms(&self) -> u64 {
+    pub(super) fn timeout_ms(&self) -> u64 {
         u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Starts task `id`'s intake in the background, unless one already runs in this process.
     /// The caller never waits for it.
-    pub fn spawn(&self, id: &str) {
+    pub(super) fn spawn(&self, id: &str) {
         let guard = {
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
             if !running.insert(id.to_owned()) {
@@ -368,7 +368,7 @@ impl Intake {
     /// replica holds `intake_backlog` tasks for intake, with the wait the recent pace needs to
     /// make room for a sixteenth of the backlog. A soft bound: submissions checked at the same
     /// moment may all pass.
-    pub fn check_backlog(&self) -> Result<(), ServiceError> {
+    pub(super) fn check_backlog(&self) -> Result<(), ServiceError> {
         let held = self
             .running
             .lock()
@@ -400,7 +400,7 @@ impl Intake {
     }
 
     /// Whether task `id`'s intake runs in this process.
-    pub fn is_running(&self, id: &str) -> bool {
+    pub(super) fn is_running(&self, id: &str) -> bool {
         self.running
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -411,7 +411,7 @@ impl Intake {
     /// outlived its owner's deadline (`abandoned` says which records qualify): the task is
     /// stamped as this replica's with compare-and-set, so one replica wins, and its intake is
     /// spawned. Not awaited past that write.
-    pub async fn take_over(&self, id: &str, abandoned: impl Fn(&TaskRecord, u64) -> bool) {
+    pub(super) async fn take_over(&self, id: &str, abandoned: impl Fn(&TaskRecord, u64) -> bool) {
         if self.is_running(id) {
             return;
         }
@@ -443,7 +443,7 @@ impl Intake {
     /// passes, the task ends `incomplete` (`timeout`, or `store_unavailable` when the state
     /// store was what it waited for); when the scheduler stops first, the task is given back.
     /// Failing to record the end is logged: the task stays queued and the sweeper tries again.
-    pub async fn start(&self, id: &str) {
+    pub(super) async fn start(&self, id: &str) {
         // The record is read through a store outage too, bounded by the intake's timeout: the
         // task's own deadline is on it.
         let phase = Mutex::new(Phase::Waiting);

@@ -44,7 +44,7 @@ enum Published {
 }
 
 impl Outbox {
-    pub fn new(
+    pub(super) fn new(
         deps: &SchedulerDeps,
         settings: &SchedulerSettings,
         records: &TaskRecords,
@@ -61,7 +61,7 @@ impl Outbox {
     /// Publishes those of `stage_ids` that are still planned, unless the task has ended, then
     /// marks the published ones dispatched. Returns the stages no message can carry, for the
     /// caller to fail.
-    pub async fn dispatch(&self, task_id: &str, stage_ids: &[String]) -> Vec<Uncarried> {
+    pub(super) async fn dispatch(&self, task_id: &str, stage_ids: &[String]) -> Vec<Uncarried> {
         let Ok(task) = self.records.load(task_id).await else {
             return Vec::new();
         };
@@ -69,7 +69,11 @@ impl Outbox {
     }
 
     /// [`Outbox::dispatch`] from `task` as it was just stored, without reading it again.
-    pub async fn dispatch_from(&self, task: &TaskRecord, stage_ids: &[String]) -> Vec<Uncarried> {
+    pub(super) async fn dispatch_from(
+        &self,
+        task: &TaskRecord,
+        stage_ids: &[String],
+    ) -> Vec<Uncarried> {
         let task_id = task.id.as_str();
         if task.state.is_terminal() {
             return Vec::new();
@@ -157,7 +161,7 @@ impl Outbox {
     /// Publishes stages already dispatched once more (the sweeper found them lost: neither a
     /// result nor a live claim long after publication), and notes when. Workers deduplicate the
     /// copy if the first one turns up after all (SPEC E7). Returns how many were published.
-    pub async fn republish(&self, task_id: &str, stage_ids: &[String]) -> usize {
+    pub(super) async fn republish(&self, task_id: &str, stage_ids: &[String]) -> usize {
         let Ok(task) = self.records.load(task_id).await else {
             return 0;
         };

@@ -32,7 +32,11 @@ pub(super) struct Pressure {
 }
 
 impl Pressure {
-    pub fn new(store: Arc<dyn Capacity>, broker: Arc<dyn Broker>, gauge: IntGaugeVec) -> Self {
+    pub(super) fn new(
+        store: Arc<dyn Capacity>,
+        broker: Arc<dyn Broker>,
+        gauge: IntGaugeVec,
+    ) -> Self {
         Pressure {
             store,
             broker,
@@ -57,7 +61,7 @@ impl Pressure {
     }
 
     /// `Ok` when every backend has room; otherwise the refusal, naming each that has none.
-    pub fn check(&self) -> Result<(), ServiceError> {
+    pub(super) fn check(&self) -> Result<(), ServiceError> {
         let readings = self.read();
         self.record(&readings);
         let reasons: Vec<String> = readings.into_iter().filter_map(|(_, r)| r).collect();
@@ -75,7 +79,7 @@ impl Pressure {
 
     /// Keeps the gauge current until `stop`, and logs when a backend's pressure begins (with
     /// its reason) and ends.
-    pub async fn sample_loop(self, stop: CancellationToken) {
+    pub(super) async fn sample_loop(self, stop: CancellationToken) {
         let mut ticks = tokio::time::interval(SAMPLE_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut held = [false; 2];

@@ -25,7 +25,7 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    pub fn new(deps: &SchedulerDeps) -> Progress {
+    pub(super) fn new(deps: &SchedulerDeps) -> Progress {
         Progress {
             events: deps.events.clone(),
             clock: deps.clock.clone(),
@@ -35,7 +35,7 @@ impl Progress {
     /// Appends `drafts` in order, all stamped with the current time. A failure is logged, not
     /// returned: events follow a stored change, and a lost event never undoes it (decision 32).
     /// A store out of memory is waited out for up to [`FULL_PATIENCE`] first.
-    pub async fn append(&self, task_id: &str, drafts: &[Draft]) {
+    pub(super) async fn append(&self, task_id: &str, drafts: &[Draft]) {
         let now = self.clock.now_unix_ms();
         let events: Vec<ProgressEvent> = drafts
             .iter()
@@ -72,7 +72,7 @@ impl Progress {
     }
 
     /// Every event of the task so far.
-    pub async fn all(&self, task_id: &str) -> Result<Vec<ProgressEvent>, ServiceError> {
+    pub(super) async fn all(&self, task_id: &str) -> Result<Vec<ProgressEvent>, ServiceError> {
         let mut events = Vec::new();
         let mut after: Option<String> = None;
         loop {
@@ -89,7 +89,7 @@ impl Progress {
     }
 
     /// Events after position `after`, waiting up to `wait` when there are none yet.
-    pub async fn after(
+    pub(super) async fn after(
         &self,
         task_id: &str,
         after: Option<&str>,

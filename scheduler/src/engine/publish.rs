@@ -92,7 +92,7 @@ enum Settled {
 }
 
 impl Publication {
-    pub fn new(
+    pub(super) fn new(
         deps: &SchedulerDeps,
         settings: Option<CodeHostSettings>,
         records: &TaskRecords,
@@ -116,7 +116,7 @@ impl Publication {
     }
 
     /// Publishes task `id` in the background (the caller's loop never waits on the host).
-    pub fn spawn(&self, id: &str) {
+    pub(super) fn spawn(&self, id: &str) {
         let (this, id) = (self.clone(), id.to_owned());
         self.background
             .spawn(async move { this.publish(&id).await });
@@ -124,7 +124,7 @@ impl Publication {
 
     /// Sets the pending status of a task to publish that just started, in the background, once;
     /// a failure is logged (the final status replaces it anyway).
-    pub fn spawn_started(&self, task: &TaskRecord) {
+    pub(super) fn spawn_started(&self, task: &TaskRecord) {
         let (Some(code_host), Some(settings)) = (self.code_host.clone(), self.settings.clone())
         else {
             return;
@@ -143,7 +143,7 @@ impl Publication {
     }
 
     /// One attempt at publishing task `id`, if it is due and nobody else holds it.
-    pub async fn publish(&self, id: &str) {
+    pub(super) async fn publish(&self, id: &str) {
         let now = self.clock.now_unix_ms();
         let lease_ms = u64::try_from(LEASE.as_millis()).unwrap_or(u64::MAX);
         let claimed = AtomicBool::new(false);

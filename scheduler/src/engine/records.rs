@@ -181,7 +181,7 @@ pub(super) struct Updated {
 }
 
 impl TaskRecords {
-    pub fn new(deps: &SchedulerDeps) -> TaskRecords {
+    pub(super) fn new(deps: &SchedulerDeps) -> TaskRecords {
         TaskRecords {
             documents: deps.documents.clone(),
             archive: deps.archive.clone(),
@@ -207,13 +207,13 @@ impl TaskRecords {
         self.held().records.remove(id);
     }
 
-    pub async fn load(&self, id: &str) -> Result<TaskRecord, ServiceError> {
+    pub(super) async fn load(&self, id: &str) -> Result<TaskRecord, ServiceError> {
         self.read(id).await.map(|(_, task)| task)
     }
 
     /// Stores a new task and lists it as active, or nothing ([`create_listed`]); a task with
     /// the same id is a conflict.
-    pub async fn create(&self, task: &TaskRecord) -> Result<(), ServiceError> {
+    pub(super) async fn create(&self, task: &TaskRecord) -> Result<(), ServiceError> {
         let id = &task.id;
         let body =
             serde_json::to_string(task).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
@@ -230,7 +230,7 @@ impl TaskRecords {
 
     /// Task `id`, which a submission made again with its idempotency key names, listed as
     /// active unless it ended: an earlier try may have stored it and failed to list it.
-    pub async fn adopt(&self, id: &str) -> Result<TaskRecord, ServiceError> {
+    pub(super) async fn adopt(&self, id: &str) -> Result<TaskRecord, ServiceError> {
         let task = self.load(id).await?;
         if !task.state.is_terminal() {
             self.documents
@@ -247,7 +247,7 @@ impl TaskRecords {
     ///
     /// The first try changes the copy held, if any, without reading; a change that changes
     /// nothing there is tried again on the record read, since the copy may be older than it.
-    pub async fn update(
+    pub(super) async fn update(
         &self,
         id: &str,
         change: impl Fn(&mut TaskRecord) -> Effects,
@@ -334,7 +334,7 @@ impl TaskRecords {
     }
 
     /// The ids of tasks not known to have ended.
-    pub async fn active(&self) -> Result<Vec<String>, StoreError> {
+    pub(super) async fn active(&self) -> Result<Vec<String>, StoreError> {
         self.documents.set_members(ACTIVE).await
     }
 
@@ -344,7 +344,7 @@ impl TaskRecords {
     /// before); one that finds the task changed while reading it (the last attempt's transcript
     /// is stored while its result travels, so it may land just after the end) is tried again a
     /// little later, a few times.
-    pub async fn retire(&self, task: &TaskRecord) -> Result<(), StoreError> {
+    pub(super) async fn retire(&self, task: &TaskRecord) -> Result<(), StoreError> {
         let id = task.id.clone();
         self.forget(&id);
         self.documents.set_remove(ACTIVE, &id).await?;
@@ -372,13 +372,13 @@ impl TaskRecords {
 
     /// Takes `id` off the active index without sealing anything: for an id listed without a
     /// record.
-    pub async fn unlist(&self, id: &str) -> Result<(), StoreError> {
+    pub(super) async fn unlist(&self, id: &str) -> Result<(), StoreError> {
         self.forget(id);
         self.documents.set_remove(ACTIVE, id).await
     }
 
     /// Whether the store answers (readiness).
-    pub async fn probe(&self) -> Result<(), StoreError> {
+    pub(super) async fn probe(&self) -> Result<(), StoreError> {
         self.documents.get("readiness-probe").await.map(|_| ())
     }
 

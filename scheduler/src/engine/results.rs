@@ -36,7 +36,11 @@ pub(super) struct Results {
 }
 
 impl Results {
-    pub fn new(deps: &SchedulerDeps, settings: &SchedulerSettings, parts: &Parts) -> Results {
+    pub(super) fn new(
+        deps: &SchedulerDeps,
+        settings: &SchedulerSettings,
+        parts: &Parts,
+    ) -> Results {
         Results {
             transitions: parts.transitions.clone(),
             broker: deps.broker.clone(),
@@ -48,7 +52,7 @@ impl Results {
     }
 
     /// Applies one stage result and settles its delivery.
-    pub async fn handle(&self, delivery: Delivery) {
+    pub(super) async fn handle(&self, delivery: Delivery) {
         let result =
             match wire::decode::<StageResult>(&delivery.message.body, self.message_max_bytes) {
                 Ok(r) => r,

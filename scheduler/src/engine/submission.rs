@@ -99,7 +99,7 @@ struct Shape {
 }
 
 impl TaskDefaults {
-    pub fn new(settings: &SchedulerSettings) -> TaskDefaults {
+    pub(super) fn new(settings: &SchedulerSettings) -> TaskDefaults {
         TaskDefaults {
             pipeline: settings.pipeline.clone(),
             language: settings.language,
@@ -153,7 +153,7 @@ impl TaskDefaults {
 
     /// A review task (S1 or S2) submitted at `now`: a change named by repository and revisions,
     /// or a pull request named by its URL (read from the code host at intake).
-    pub fn review(&self, s: ReviewSubmission, now: u64) -> Result<TaskRecord, ServiceError> {
+    pub(super) fn review(&self, s: ReviewSubmission, now: u64) -> Result<TaskRecord, ServiceError> {
         let url = s
             .pull_request
             .as_deref()
@@ -206,7 +206,7 @@ impl TaskDefaults {
 
     /// An issue analysis task (S3) submitted at `now`: the issue given, or named by its URL (read
     /// from the code host at intake, with its repository unless one is given).
-    pub fn issue_analysis(
+    pub(super) fn issue_analysis(
         &self,
         s: IssueAnalysisSubmission,
         now: u64,
@@ -274,7 +274,7 @@ impl TaskDefaults {
     }
 
     /// A repository scan task (S4) submitted at `now`.
-    pub fn scan(&self, s: ScanSubmission, now: u64) -> Result<TaskRecord, ServiceError> {
+    pub(super) fn scan(&self, s: ScanSubmission, now: u64) -> Result<TaskRecord, ServiceError> {
         required("repository", &s.repository)?;
         required("revision", &s.revision)?;
         revision("revision", &s.revision)?;
@@ -379,7 +379,7 @@ pub(super) fn queued_event(task: &TaskRecord) -> Draft {
 
 /// The task id an idempotency key always names: UUID text (version 5 layout) over SHA-256 of the
 /// key, so the same key makes the same id in every scheduler replica.
-pub fn id_for_key(key: &str) -> String {
+pub(super) fn id_for_key(key: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(format!("verdict-task:{key}").as_bytes());
     let mut b = [0u8; 16];
@@ -394,7 +394,7 @@ pub fn new_id() -> String {
 
 /// Whether `id` is one an idempotency key names ([`id_for_key`]): its UUID version, the 15th
 /// character, is 5 (a random one's is 4).
-pub fn named_by_key(id: &str) -> bool {
+pub(super) fn named_by_key(id: &str) -> bool {
     id.as_bytes().get(14) == Some(&b'5')
 }
 

@@ -158,7 +158,11 @@ pub(super) struct Sweeper {
 }
 
 impl Sweeper {
-    pub fn new(deps: &SchedulerDeps, settings: &SchedulerSettings, parts: &Parts) -> Sweeper {
+    pub(super) fn new(
+        deps: &SchedulerDeps,
+        settings: &SchedulerSettings,
+        parts: &Parts,
+    ) -> Sweeper {
         Sweeper {
             records: parts.records.clone(),
             intake: parts.intake.clone(),
@@ -180,7 +184,7 @@ impl Sweeper {
     }
 
     /// One pass over the active tasks. Unreadable tasks are skipped until the next pass.
-    pub async fn sweep(&self) {
+    pub(super) async fn sweep(&self) {
         let ids = match self.records.active().await {
             Ok(ids) => ids,
             Err(e) => {

@@ -37,7 +37,7 @@ pub(super) struct Transitions {
 }
 
 impl Transitions {
-    pub fn new(
+    pub(super) fn new(
         deps: &SchedulerDeps,
         records: &TaskRecords,
         progress: &Progress,
@@ -59,7 +59,7 @@ impl Transitions {
     }
 
     /// Stores `change` of task `id` (see [`TaskRecords::update`]), then carries out its effects.
-    pub async fn apply(
+    pub(super) async fn apply(
         &self,
         id: &str,
         change: impl Fn(&mut TaskRecord) -> Effects,
@@ -134,7 +134,7 @@ impl Transitions {
 
     /// Publishes the planned stages of `stage_ids` ([`Outbox::dispatch`]); a stage whose request
     /// is larger than a broker message fails its task instead of being published (decision 117).
-    pub async fn dispatch(&self, task_id: &str, stage_ids: &[String]) {
+    pub(super) async fn dispatch(&self, task_id: &str, stage_ids: &[String]) {
         let refused = self.outbox.dispatch(task_id, stage_ids).await;
         self.fail_uncarried(task_id, refused).await;
     }
@@ -160,7 +160,7 @@ impl Transitions {
     /// `detail` (which ends the task `incomplete`, SPEC E4), as if its worker had reported it; a
     /// stage already done is left as its own result says. Without a stage that the task knows,
     /// the task itself ends `incomplete` with `detail` as its reason.
-    pub async fn fail_stage(
+    pub(super) async fn fail_stage(
         &self,
         task_id: &str,
         stage_id: Option<&str>,

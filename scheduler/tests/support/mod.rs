@@ -26,7 +26,7 @@ use verdict_scheduler::metrics::SchedulerMetrics;
 /// host, a sweeper that never runs during a test, repositories on `git.example.com` and
 /// `github.com` allowed), and the registry its metrics are in.
 #[allow(dead_code)] // not every test crate using this module reads a memory source
-pub fn memory_scheduler(
+pub(crate) fn memory_scheduler(
     repositories: Arc<MemoryRepositorySource>,
 ) -> (Arc<Scheduler>, prometheus::Registry) {
     memory_scheduler_with(repositories, None)
@@ -34,7 +34,7 @@ pub fn memory_scheduler(
 
 /// [`memory_scheduler`] with a code host (organisation scans list their repositories there).
 #[allow(dead_code)] // not every test crate using this module reads a code host
-pub fn memory_scheduler_with(
+pub(crate) fn memory_scheduler_with(
     repositories: Arc<MemoryRepositorySource>,
     code_host: Option<Arc<dyn verdict_backends::code_host::CodeHost>>,
 ) -> (Arc<Scheduler>, prometheus::Registry) {
@@ -43,7 +43,7 @@ pub fn memory_scheduler_with(
 
 /// [`memory_scheduler_with`] over any repository source, with `tweak` applied to the settings.
 #[allow(dead_code)] // not every test crate using this module needs another source
-pub fn memory_scheduler_on(
+pub(crate) fn memory_scheduler_on(
     repositories: Arc<dyn RepositorySource>,
     code_host: Option<Arc<dyn verdict_backends::code_host::CodeHost>>,
     tweak: impl FnOnce(&mut SchedulerSettings),
@@ -53,7 +53,7 @@ pub fn memory_scheduler_on(
 
 /// [`memory_scheduler_on`] over a store the test holds too (to set its pressure, say).
 #[allow(dead_code)] // not every test crate reaches into the store
-pub fn memory_scheduler_over(
+pub(crate) fn memory_scheduler_over(
     store: Arc<MemoryStore>,
     repositories: Arc<dyn RepositorySource>,
     code_host: Option<Arc<dyn verdict_backends::code_host::CodeHost>>,
@@ -116,7 +116,7 @@ pub fn memory_scheduler_over(
 /// counting the calls: intakes held in flight, as a slow repository holds them.
 #[derive(Debug)]
 #[allow(dead_code)] // not every test crate using this module holds intakes
-pub struct HeldRepositories {
+pub(crate) struct HeldRepositories {
     inner: MemoryRepositorySource,
     open: watch::Receiver<bool>,
     pub changes: AtomicUsize,
@@ -124,7 +124,9 @@ pub struct HeldRepositories {
 
 #[allow(dead_code)]
 impl HeldRepositories {
-    pub fn new(inner: MemoryRepositorySource) -> (Arc<HeldRepositories>, watch::Sender<bool>) {
+    pub(crate) fn new(
+        inner: MemoryRepositorySource,
+    ) -> (Arc<HeldRepositories>, watch::Sender<bool>) {
         let (gate, open) = watch::channel(false);
         let held = Arc::new(HeldRepositories {
             inner,

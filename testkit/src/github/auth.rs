@@ -52,7 +52,7 @@ pub(crate) enum Credential {
 }
 
 impl Credential {
-    pub fn kind(&self) -> AuthKind {
+    pub(super) fn kind(&self) -> AuthKind {
         match self {
             Credential::None => AuthKind::None,
             Credential::Pat { .. } => AuthKind::Token,

@@ -26,7 +26,7 @@ impl Hunk {
     }
 
     /// The hunk as GitHub shows it above a comment: the header and every line down to `line`.
-    pub fn text_until(&self, line: u32) -> String {
+    pub(super) fn text_until(&self, line: u32) -> String {
         let mut out = self.header.clone();
         for (number, text) in &self.lines {
             out.push('\n');

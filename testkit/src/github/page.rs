@@ -15,7 +15,7 @@ pub(crate) struct Page {
 impl Page {
     /// Reads `page` and `per_page` from a query; values GitHub would not use (not a number, 0)
     /// fall back to the defaults, and `per_page` is capped at 100, as GitHub does.
-    pub fn from_query(query: Option<&str>) -> Page {
+    pub(super) fn from_query(query: Option<&str>) -> Page {
         let mut page = Page {
             page: 1,
             per_page: DEFAULT_PER_PAGE,
@@ -34,7 +34,7 @@ impl Page {
     }
 
     /// The items on this page.
-    pub fn slice<'a, T>(&self, items: &'a [T]) -> &'a [T] {
+    pub(super) fn slice<'a, T>(&self, items: &'a [T]) -> &'a [T] {
         let start = (self.page - 1).saturating_mul(self.per_page);
         if start >= items.len() {
             return &[];
@@ -46,7 +46,7 @@ impl Page {
     /// The `Link` header for a list of `total` items at `url` (absolute, without query), keeping
     /// the request's other query parameters in their order and putting `page` last, as GitHub
     /// writes it. `None` when there is only one page and this is it.
-    pub fn link(&self, url: &str, query: Option<&str>, total: usize) -> Option<String> {
+    pub(super) fn link(&self, url: &str, query: Option<&str>, total: usize) -> Option<String> {
         let last = total.div_ceil(self.per_page).max(1);
         if last == 1 && self.page == 1 {
             return None;

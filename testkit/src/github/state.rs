@@ -50,7 +50,7 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub fn new(rate_reset: i64) -> State {
+    pub(super) fn new(rate_reset: i64) -> State {
         State {
             repos: BTreeMap::new(),
             pats: HashMap::new(),
@@ -68,22 +68,26 @@ impl State {
         }
     }
 
-    pub fn next_id(&mut self) -> u64 {
+    pub(super) fn next_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         id
     }
 
-    pub fn repo(&self, owner: &str, name: &str) -> Option<&Repo> {
+    pub(super) fn repo(&self, owner: &str, name: &str) -> Option<&Repo> {
         self.repos.get(&repo_key(owner, name))
     }
 
-    pub fn repo_mut(&mut self, owner: &str, name: &str) -> Option<&mut Repo> {
+    pub(super) fn repo_mut(&mut self, owner: &str, name: &str) -> Option<&mut Repo> {
         self.repos.get_mut(&repo_key(owner, name))
     }
 
     /// The installation of `app_id` that covers the repository, if any.
-    pub fn installation_for(&self, app_id: u64, key: &RepoKey) -> Option<(u64, &Installation)> {
+    pub(super) fn installation_for(
+        &self,
+        app_id: u64,
+        key: &RepoKey,
+    ) -> Option<(u64, &Installation)> {
         self.installations
             .iter()
             .find(|(_, i)| i.app_id == app_id && i.repos.contains(key))
@@ -91,7 +95,7 @@ impl State {
     }
 
     /// Any installation that covers the repository (for webhook payloads).
-    pub fn any_installation(&self, key: &RepoKey) -> Option<u64> {
+    pub(super) fn any_installation(&self, key: &RepoKey) -> Option<u64> {
         self.installations
             .iter()
             .find(|(_, i)| i.repos.contains(key))
@@ -148,11 +152,11 @@ pub(crate) struct Repo {
 }
 
 impl Repo {
-    pub fn full_name(&self) -> String {
+    pub(super) fn full_name(&self) -> String {
         format!("{}/{}", self.owner, self.name)
     }
 
-    pub fn label(&self, name: &str) -> Option<&Label> {
+    pub(super) fn label(&self, name: &str) -> Option<&Label> {
         self.labels
             .iter()
             .find(|l| l.name.eq_ignore_ascii_case(name))
@@ -160,7 +164,7 @@ impl Repo {
 
     /// Whether GitHub would know the commit: a head any pull request has had, a base, or one a
     /// test added.
-    pub fn knows_commit(&self, sha: &str) -> bool {
+    pub(super) fn knows_commit(&self, sha: &str) -> bool {
         self.commits.contains(sha)
             || self.items.values().any(|item| match item {
                 Item::Pull(p) => p.pr.base_sha == sha || p.heads.iter().any(|h| h.sha == sha),
@@ -168,14 +172,14 @@ impl Repo {
             })
     }
 
-    pub fn pull(&self, number: u64) -> Option<&PullState> {
+    pub(super) fn pull(&self, number: u64) -> Option<&PullState> {
         match self.items.get(&number) {
             Some(Item::Pull(p)) => Some(p),
             _ => None,
         }
     }
 
-    pub fn pull_mut(&mut self, number: u64) -> Option<&mut PullState> {
+    pub(super) fn pull_mut(&mut self, number: u64) -> Option<&mut PullState> {
         match self.items.get_mut(&number) {
             Some(Item::Pull(p)) => Some(p),
             _ => None,
@@ -200,28 +204,28 @@ pub(crate) enum Item {
 }
 
 impl Item {
-    pub fn labels(&self) -> &[String] {
+    pub(super) fn labels(&self) -> &[String] {
         match self {
             Item::Pull(p) => &p.pr.labels,
             Item::Issue(i) => &i.issue.labels,
         }
     }
 
-    pub fn labels_mut(&mut self) -> &mut Vec<String> {
+    pub(super) fn labels_mut(&mut self) -> &mut Vec<String> {
         match self {
             Item::Pull(p) => &mut p.pr.labels,
             Item::Issue(i) => &mut i.issue.labels,
         }
     }
 
-    pub fn comments(&self) -> &[CommentRecord] {
+    pub(super) fn comments(&self) -> &[CommentRecord] {
         match self {
             Item::Pull(p) => &p.comments,
             Item::Issue(i) => &i.comments,
         }
     }
 
-    pub fn comments_mut(&mut self) -> &mut Vec<CommentRecord> {
+    pub(super) fn comments_mut(&mut self) -> &mut Vec<CommentRecord> {
         match self {
             Item::Pull(p) => &mut p.comments,
             Item::Issue(i) => &mut i.comments,
@@ -242,7 +246,7 @@ pub(crate) struct PullState {
 }
 
 impl PullState {
-    pub fn new(id: u64, pr: FakePullRequest, created: SystemTime) -> PullState {
+    pub(super) fn new(id: u64, pr: FakePullRequest, created: SystemTime) -> PullState {
         let head = Head::new(&pr.head_sha, &pr.diff);
         PullState {
             id,
@@ -254,7 +258,7 @@ impl PullState {
         }
     }
 
-    pub fn head(&self, sha: &str) -> Option<&Head> {
+    pub(super) fn head(&self, sha: &str) -> Option<&Head> {
         self.heads.iter().rev().find(|h| h.sha == sha)
     }
 }
@@ -266,7 +270,7 @@ pub(crate) struct Head {
 }
 
 impl Head {
-    pub fn new(sha: &str, diff: &str) -> Head {
+    pub(super) fn new(sha: &str, diff: &str) -> Head {
         Head {
             sha: sha.to_owned(),
             files: hunks::parse(diff),

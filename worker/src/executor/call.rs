@@ -74,7 +74,7 @@ pub(super) struct Route {
 }
 
 impl Route {
-    pub fn new(
+    pub(super) fn new(
         provider: Arc<dyn Provider>,
         model: String,
         fallbacks: Vec<String>,
@@ -100,12 +100,12 @@ impl Route {
     }
 
     /// The model calls go to now (a fallback once the primary's budget is spent).
-    pub fn model(&self) -> &str {
+    pub(super) fn model(&self) -> &str {
         &self.model
     }
 
     /// The provider calls go to.
-    pub fn provider(&self) -> &Arc<dyn Provider> {
+    pub(super) fn provider(&self) -> &Arc<dyn Provider> {
         &self.provider
     }
 

@@ -47,7 +47,7 @@ pub(super) struct InputScope {
 impl InputScope {
     /// Reads the inputs the pipeline names for this (see [`input_name`]); an input that does
     /// not parse narrows nothing.
-    pub fn of(inputs: &[ResolvedInput]) -> InputScope {
+    pub(super) fn of(inputs: &[ResolvedInput]) -> InputScope {
         let diff_text: Vec<&str> = inputs
             .iter()
             .filter(|i| i.name == input_name::DIFF || i.name.starts_with(input_name::DIFF_OF_FILE))
@@ -72,7 +72,7 @@ impl InputScope {
         }
     }
 
-    pub fn as_scope(&self) -> Scope<'_> {
+    pub(super) fn as_scope(&self) -> Scope<'_> {
         Scope {
             lines: self.diff_lines.as_ref(),
             finding_ids: &self.finding_ids,
@@ -81,12 +81,12 @@ impl InputScope {
 }
 
 impl CallContext<'_> {
-    pub fn now_unix_ms(&self) -> u64 {
+    pub(super) fn now_unix_ms(&self) -> u64 {
         self.deps.clock.now_unix_ms()
     }
 
     /// Emits a progress event for this stage (best effort).
-    pub async fn emit(
+    pub(super) async fn emit(
         &self,
         kind: EventType,
         channel: Option<&str>,

@@ -27,7 +27,7 @@ pub(super) struct Conversation<'t> {
 
 impl<'t> Conversation<'t> {
     /// A conversation that starts with `prompt`, written to `transcript` as it goes.
-    pub fn new(
+    pub(super) fn new(
         prompt: Vec<Message>,
         boundary: Boundary,
         deadline: SoftDeadline,
@@ -45,52 +45,52 @@ impl<'t> Conversation<'t> {
         }
     }
 
-    pub fn messages(&self) -> &[Message] {
+    pub(super) fn messages(&self) -> &[Message] {
         &self.messages
     }
 
-    pub fn push(&mut self, message: Message) {
+    pub(super) fn push(&mut self, message: Message) {
         self.messages.push(message);
     }
 
     /// The messages added since the transcript last recorded the conversation, now counted as
     /// recorded: the next call's transcript entry shows only what is new to it.
-    pub fn take_unrecorded(&mut self) -> Vec<Message> {
+    pub(super) fn take_unrecorded(&mut self) -> Vec<Message> {
         let new = self.messages[self.recorded..].to_vec();
         self.recorded = self.messages.len();
         new
     }
 
-    pub fn boundary(&self) -> &Boundary {
+    pub(super) fn boundary(&self) -> &Boundary {
         &self.boundary
     }
 
     /// Notes a boundary token the conversation's own does not cover (an isolated repair's) in
     /// the transcript.
-    pub fn note_boundary(&mut self, token: &str) {
+    pub(super) fn note_boundary(&mut self, token: &str) {
         if !self.transcript.boundary_tokens.iter().any(|t| t == token) {
             self.transcript.boundary_tokens.push(token.to_owned());
         }
     }
 
-    pub fn record(&mut self, entry: TranscriptEntry) {
+    pub(super) fn record(&mut self, entry: TranscriptEntry) {
         self.transcript.entries.push(entry);
     }
 
     /// Numbers the next AI call.
-    pub fn next_seq(&mut self) -> u32 {
+    pub(super) fn next_seq(&mut self) -> u32 {
         self.seq += 1;
         self.seq
     }
 
     /// Counts one provider call and the tokens it used (none for a failed call).
-    pub fn count_call(&mut self, tokens: TokenUsage) {
+    pub(super) fn count_call(&mut self, tokens: TokenUsage) {
         self.usage.calls += 1;
         self.usage.input_tokens += tokens.input_tokens;
         self.usage.output_tokens += tokens.output_tokens;
     }
 
-    pub fn usage(&self) -> Usage {
+    pub(super) fn usage(&self) -> Usage {
         self.usage
     }
 }

@@ -8,14 +8,14 @@ use verdict_proto::wire::{CutInput, EvidenceCut, input_name};
 use verdict_proto::{Language, diff};
 
 /// The bytes the coverage note may take in the prompt, held back before evidence is fitted.
-pub const NOTE_BYTES: usize = 1024;
+pub(super) const NOTE_BYTES: usize = 1024;
 
 /// Inputs at most this large are kept whole before any large one is considered: titles,
 /// descriptions, summaries and candidate lists are what a stage cannot work without.
 const SMALL_INPUT_BYTES: usize = 2048;
 
 /// The inputs as they fit in `budget_bytes`, and what was cut (`None` when everything fits).
-pub fn fit(
+pub(super) fn fit(
     inputs: Vec<ResolvedInput>,
     budget_bytes: usize,
     context_window: u32,
@@ -174,7 +174,7 @@ fn line_starts(text: &str) -> impl Iterator<Item = usize> + '_ {
 
 /// The trusted note the user message carries after the evidence: what the model was not shown
 /// and that it must not claim to have reviewed it.
-pub fn coverage_note(cut: &EvidenceCut, language: Language) -> String {
+pub(super) fn coverage_note(cut: &EvidenceCut, language: Language) -> String {
     let mut parts = Vec::new();
     for input in &cut.inputs {
         let mut part = match language {

@@ -9,23 +9,23 @@ use verdict_proto::outcome::FailureKind;
 /// The output limit of a call when the provider's window is known and no `max_tokens` is
 /// configured, for a large window: enough for any contract's answer, small enough that a model
 /// that runs on stops.
-pub const DEFAULT_OUTPUT_TOKENS: u32 = 2048;
+pub(super) const DEFAULT_OUTPUT_TOKENS: u32 = 2048;
 
 /// The default output limit in `window`: an eighth of it, at most [`DEFAULT_OUTPUT_TOKENS`],
 /// at least [`MIN_OUTPUT_TOKENS`]. A model with a small window is a small or local one, whose
 /// every generated token costs real seconds when it runs on; 1,024 tokens of an 8,192 window
 /// still hold a review envelope with several findings.
-pub fn default_output_tokens(window: u32) -> u32 {
+pub(super) fn default_output_tokens(window: u32) -> u32 {
     (window / 8).clamp(MIN_OUTPUT_TOKENS, DEFAULT_OUTPUT_TOKENS)
 }
 
 /// A call that leaves less room than this for the answer is not sent: no contract fits in it.
-pub const MIN_OUTPUT_TOKENS: u32 = 256;
+pub(super) const MIN_OUTPUT_TOKENS: u32 = 256;
 
 /// The tokens a prompt of these messages (and `extra_bytes` of tool definitions) counts, on the
 /// high side: one token per three bytes of UTF-8 (about four characters of English, one of
 /// Chinese or Japanese) plus four per message for the chat framing.
-pub fn prompt_tokens(messages: &[Message], extra_bytes: usize) -> u64 {
+pub(super) fn prompt_tokens(messages: &[Message], extra_bytes: usize) -> u64 {
     let bytes: usize = messages
         .iter()
         .map(|m| {
@@ -42,7 +42,7 @@ pub fn prompt_tokens(messages: &[Message], extra_bytes: usize) -> u64 {
 }
 
 /// Bytes of tool definitions, as they count against the window.
-pub fn tool_bytes(tools: &[ToolDefinition]) -> usize {
+pub(super) fn tool_bytes(tools: &[ToolDefinition]) -> usize {
     tools
         .iter()
         .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
@@ -56,12 +56,12 @@ fn margin(window: u32) -> u64 {
 }
 
 /// The room left for the answer after a prompt of `prompt` tokens in `window`.
-pub fn room(window: u32, prompt: u64) -> u64 {
+pub(super) fn room(window: u32, prompt: u64) -> u64 {
     u64::from(window).saturating_sub(prompt.saturating_add(margin(window)))
 }
 
 /// Whether messages of `prompt` tokens leave the answer at least [`MIN_OUTPUT_TOKENS`].
-pub fn fits(window: u32, prompt: u64) -> bool {
+pub(super) fn fits(window: u32, prompt: u64) -> bool {
     room(window, prompt) >= u64::from(MIN_OUTPUT_TOKENS)
 }
 
@@ -70,7 +70,7 @@ pub fn fits(window: u32, prompt: u64) -> bool {
 /// the margin and the answer's room — the output limit (or [`default_output_tokens`]), at
 /// most a quarter of the window, at least [`MIN_OUTPUT_TOKENS`] — and, when tools are offered,
 /// an eighth of the window for their results.
-pub fn evidence_bytes(
+pub(super) fn evidence_bytes(
     window: u32,
     output_limit: Option<u32>,
     frame_tokens: u64,
@@ -96,7 +96,7 @@ const FENCE_TOKENS: u64 = 48;
 /// Sizes `request` to `window`: its `max_tokens` becomes the configured output limit (or
 /// [`default_output_tokens`]) cut to the room the prompt leaves. `Err` when that room is below
 /// [`MIN_OUTPUT_TOKENS`]: the call would be refused or cut off, so it is not sent.
-pub fn size(
+pub(super) fn size(
     request: &mut ChatRequest,
     provider: &str,
     window: u32,
@@ -118,7 +118,7 @@ pub fn size(
 
 /// The output limit [`size`] gives `request` in `window`: the request's own, else the
 /// configured one, else [`default_output_tokens`], cut to the room the prompt leaves.
-pub fn output_tokens(request: &ChatRequest, window: u32, output_limit: Option<u32>) -> u32 {
+pub(super) fn output_tokens(request: &ChatRequest, window: u32, output_limit: Option<u32>) -> u32 {
     let prompt = prompt_tokens(&request.messages, tool_bytes(&request.tools));
     let wanted = request
         .max_tokens

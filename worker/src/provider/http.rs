@@ -115,7 +115,7 @@ pub(crate) struct Received {
 }
 
 impl HttpTransport {
-    pub fn new(
+    pub(crate) fn new(
         settings: &ProviderSettings,
         path: &str,
         flavor: Flavor,
@@ -132,12 +132,12 @@ impl HttpTransport {
         })
     }
 
-    pub fn api_key(&self) -> Option<&Secret> {
+    pub(crate) fn api_key(&self) -> Option<&Secret> {
         self.api_key.as_ref()
     }
 
     /// A header value holding a credential: marked sensitive so hyper and reqwest never print it.
-    pub fn secret_header(&self, value: &str) -> Result<HeaderValue, ProviderError> {
+    pub(crate) fn secret_header(&self, value: &str) -> Result<HeaderValue, ProviderError> {
         let mut v = HeaderValue::from_str(value).map_err(|_| {
             ProviderError::new(
                 FailureKind::Auth,
@@ -153,7 +153,7 @@ impl HttpTransport {
 
     /// POSTs `body` (JSON) with `headers`, within the transport timeout, abandoning the request
     /// as soon as `cancel` fires. Non-2xx answers and transport failures come back classified.
-    pub async fn post_json(
+    pub(crate) async fn post_json(
         &self,
         body: Vec<u8>,
         headers: Vec<(HeaderName, HeaderValue)>,
@@ -237,7 +237,7 @@ impl HttpTransport {
     /// GETs `url` to learn what the server supports: [`DISCOVERY_TIMEOUT`], abandoned on
     /// `cancel`, at most [`MAX_DISCOVERY_BYTES`]. Any failure is `None`: a server that does not
     /// say is treated as one that supports only what its kind always does.
-    pub async fn discover(&self, url: Url, cancel: &CancellationToken) -> Option<Vec<u8>> {
+    pub(crate) async fn discover(&self, url: Url, cancel: &CancellationToken) -> Option<Vec<u8>> {
         let mut request = self.client.get(url).timeout(DISCOVERY_TIMEOUT);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key.expose());
@@ -264,7 +264,7 @@ impl HttpTransport {
     }
 
     /// A 2xx body that is not the expected JSON (see [`classify::malformed_error`]).
-    pub fn malformed(&self, received: &Received, problem: &str) -> ProviderError {
+    pub(crate) fn malformed(&self, received: &Received, problem: &str) -> ProviderError {
         classify::malformed_error(
             &self.provider,
             received.status,
@@ -275,7 +275,7 @@ impl HttpTransport {
     }
 
     /// A request that cannot be expressed in this wire format (a bug upstream, not the provider's).
-    pub fn internal(&self, problem: &str) -> ProviderError {
+    pub(crate) fn internal(&self, problem: &str) -> ProviderError {
         ProviderError::new(
             FailureKind::Internal,
             format!("provider `{}`: {problem}", self.provider),

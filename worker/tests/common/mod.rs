@@ -17,12 +17,12 @@ use verdict_worker::executor::{ExecutorDeps, ExecutorSettings, ProviderRegistry,
 use verdict_worker::metrics::WorkerMetrics;
 use verdict_worker::provider::scripted::{ScriptedProvider, Step};
 
-pub const VALID_REVIEW: &str = "<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>8</SCORE>\n<DECISION>approve</DECISION>\n<DECISION_REASON>\nFine.\n</DECISION_REASON>\n<SUMMARY>\nSmall change.\n</SUMMARY>\n<FINDINGS>\n</FINDINGS>\n</SAKURA_REVIEW>\n";
-pub const PROSE: &str = "The change looks good to me. I would approve it with a score of 8.";
+pub(crate) const VALID_REVIEW: &str = "<SAKURA_REVIEW>\n<VERSION>1</VERSION>\n<SCORE>8</SCORE>\n<DECISION>approve</DECISION>\n<DECISION_REASON>\nFine.\n</DECISION_REASON>\n<SUMMARY>\nSmall change.\n</SUMMARY>\n<FINDINGS>\n</FINDINGS>\n</SAKURA_REVIEW>\n";
+pub(crate) const PROSE: &str = "The change looks good to me. I would approve it with a score of 8.";
 /// Another invalid answer: a round that repeats the one before ends the repair (decision 182).
-pub const PROSE_AGAIN: &str = "As I said, it looks fine: approve, score 8.";
+pub(crate) const PROSE_AGAIN: &str = "As I said, it looks fine: approve, score 8.";
 
-pub struct Rig {
+pub(crate) struct Rig {
     pub executor: StageExecutor,
     pub provider: Arc<ScriptedProvider>,
     /// Events, transcripts, the journal and inputs.
@@ -31,7 +31,7 @@ pub struct Rig {
     pub clock: Arc<TokioClock>,
 }
 
-pub fn rig(steps: Vec<Step>, settings: ExecutorSettings) -> Rig {
+pub(crate) fn rig(steps: Vec<Step>, settings: ExecutorSettings) -> Rig {
     rig_with(
         Arc::new(ScriptedProvider::new("scripted", "model-a", steps)),
         settings,
@@ -39,7 +39,7 @@ pub fn rig(steps: Vec<Step>, settings: ExecutorSettings) -> Rig {
     )
 }
 
-pub fn rig_with(
+pub(crate) fn rig_with(
     provider: Arc<ScriptedProvider>,
     settings: ExecutorSettings,
     store: Arc<MemoryStore>,
@@ -48,7 +48,7 @@ pub fn rig_with(
 }
 
 /// A rig whose stages see the repositories of `repositories`.
-pub fn rig_over(
+pub(crate) fn rig_over(
     provider: Arc<ScriptedProvider>,
     settings: ExecutorSettings,
     store: Arc<MemoryStore>,
@@ -79,7 +79,12 @@ pub fn rig_over(
     }
 }
 
-pub fn request(stage: StageKind, mode: RepairMode, max: u8, deadline_unix_ms: u64) -> StageRequest {
+pub(crate) fn request(
+    stage: StageKind,
+    mode: RepairMode,
+    max: u8,
+    deadline_unix_ms: u64,
+) -> StageRequest {
     StageRequest {
         version: WIRE_VERSION,
         task_id: "task-1".into(),
@@ -111,11 +116,11 @@ pub fn request(stage: StageKind, mode: RepairMode, max: u8, deadline_unix_ms: u6
     }
 }
 
-pub fn far_future(r: &Rig) -> u64 {
+pub(crate) fn far_future(r: &Rig) -> u64 {
     r.clock.now_unix_ms() + 600_000
 }
 
-pub fn counter(registry: &prometheus::Registry, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn counter(registry: &prometheus::Registry, name: &str, labels: &[(&str, &str)]) -> f64 {
     registry
         .gather()
         .iter()

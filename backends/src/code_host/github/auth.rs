@@ -60,7 +60,7 @@ impl std::fmt::Debug for AppKey {
 impl AppKey {
     /// The key from the PEM GitHub hands out: PKCS#1 (`BEGIN RSA PRIVATE KEY`, what GitHub
     /// generates) or PKCS#8 (`BEGIN PRIVATE KEY`, what `openssl pkcs8 -topk8 -nocrypt` makes).
-    pub fn from_pem(app_id: u64, pem: &Secret) -> Result<AppKey, KeyProblem> {
+    pub(super) fn from_pem(app_id: u64, pem: &Secret) -> Result<AppKey, KeyProblem> {
         let (label, der) = pem_block(pem.expose())?;
         let key = match label {
             "RSA PRIVATE KEY" => RsaKeyPair::from_der(&der).map_err(|e| KeyProblem::Rejected {
@@ -82,7 +82,7 @@ impl AppKey {
     }
 
     /// The App's JWT at `now` (Unix seconds).
-    pub fn jwt(&self, now: u64) -> Result<Secret, CodeHostError> {
+    pub(super) fn jwt(&self, now: u64) -> Result<Secret, CodeHostError> {
         let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256","typ":"JWT"}"#);
         let claims = serde_json::json!({
             "iat": now.saturating_sub(CLOCK_SKEW_SECS),
@@ -108,7 +108,7 @@ impl AppKey {
         )))
     }
 
-    pub fn app_id(&self) -> u64 {
+    pub(super) fn app_id(&self) -> u64 {
         self.app_id
     }
 }
@@ -167,7 +167,7 @@ fn slot<K: std::hash::Hash + Eq + Clone, V>(
 }
 
 impl App {
-    pub fn new(key: AppKey, clock: Arc<dyn Clock>) -> App {
+    pub(super) fn new(key: AppKey, clock: Arc<dyn Clock>) -> App {
         App {
             key,
             clock,
@@ -176,7 +176,7 @@ impl App {
         }
     }
 
-    pub fn app_id(&self) -> u64 {
+    pub(super) fn app_id(&self) -> u64 {
         self.key.app_id()
     }
 
@@ -185,7 +185,7 @@ impl App {
     }
 
     /// The installation token for `repo`: cached, or looked up and exchanged now.
-    pub async fn token(&self, api: &Api, repo: &RepoId) -> Result<Secret, CodeHostError> {
+    pub(super) async fn token(&self, api: &Api, repo: &RepoId) -> Result<Secret, CodeHostError> {
         let installation = self.installation(api, repo).await?;
         self.installation_token(api, repo, installation).await
     }
@@ -193,7 +193,11 @@ impl App {
     /// The installation token for organisation `org` (its installation looked up with
     /// `GET /orgs/{org}/installation`, cached under the organisation with an empty name, which
     /// no repository has).
-    pub async fn organisation_token(&self, api: &Api, org: &str) -> Result<Secret, CodeHostError> {
+    pub(super) async fn organisation_token(
+        &self,
+        api: &Api,
+        org: &str,
+    ) -> Result<Secret, CodeHostError> {
         let key = RepoId {
             owner: org.to_owned(),
             name: String::new(),
@@ -302,7 +306,7 @@ impl App {
 
     /// Forgets `token` after GitHub refused it (revoked before its expiry), so the next call
     /// exchanges a new one.
-    pub async fn invalidate(&self, token: &Secret) {
+    pub(super) async fn invalidate(&self, token: &Secret) {
         let slots: Vec<_> = {
             let map = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
             map.values().cloned().collect()

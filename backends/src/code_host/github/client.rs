@@ -60,7 +60,7 @@ impl Api {
     /// A client for the API at `base_url` (already checked: http(s), a host, no query), each
     /// exchange bounded by `timeout`. Spawns octocrab's request buffer, so it must run inside the
     /// tokio runtime that will use it.
-    pub fn new(base_url: &reqwest::Url, timeout: Duration) -> Result<Api, BuildError> {
+    pub(super) fn new(base_url: &reqwest::Url, timeout: Duration) -> Result<Api, BuildError> {
         let base = base_url.as_str().trim_end_matches('/');
         let uri: Uri = base
             .parse()
@@ -91,7 +91,7 @@ impl Api {
     }
 
     /// `GET route` (a path under the base URL), tried again on transient failures.
-    pub async fn get<R: DeserializeOwned + Send>(
+    pub(super) async fn get<R: DeserializeOwned + Send>(
         &self,
         route: &str,
         credential: &Secret,
@@ -112,7 +112,7 @@ impl Api {
     }
 
     /// Every item of the list at `route`, page by page along GitHub's `Link` headers.
-    pub async fn get_all<R: DeserializeOwned + Send>(
+    pub(super) async fn get_all<R: DeserializeOwned + Send>(
         &self,
         route: &str,
         credential: &Secret,
@@ -147,7 +147,7 @@ impl Api {
     }
 
     /// `POST route` with a JSON body; never retried (it may have landed).
-    pub async fn post<B: Serialize + Sync, R: DeserializeOwned + Send>(
+    pub(super) async fn post<B: Serialize + Sync, R: DeserializeOwned + Send>(
         &self,
         route: &str,
         body: &B,
@@ -167,7 +167,7 @@ impl Api {
     }
 
     /// `DELETE route`; never retried.
-    pub async fn delete<R: DeserializeOwned + Send>(
+    pub(super) async fn delete<R: DeserializeOwned + Send>(
         &self,
         route: &str,
         credential: &Secret,

@@ -13,7 +13,7 @@ pub(super) struct User {
 }
 
 impl User {
-    pub fn is_bot(&self) -> bool {
+    pub(super) fn is_bot(&self) -> bool {
         self.kind.as_deref() == Some("Bot")
     }
 }
@@ -108,7 +108,7 @@ pub(super) struct Review {
 }
 
 impl Review {
-    pub fn is_pending(&self) -> bool {
+    pub(super) fn is_pending(&self) -> bool {
         self.state.as_deref() == Some("PENDING")
     }
 }
@@ -170,7 +170,7 @@ pub(super) struct NewReviewComment<'a> {
 }
 
 impl<'a> NewReviewComment<'a> {
-    pub fn from_draft(comment: &'a verdict_proto::publication::DraftComment) -> Self {
+    pub(super) fn from_draft(comment: &'a verdict_proto::publication::DraftComment) -> Self {
         NewReviewComment {
             path: &comment.path,
             body: &comment.body,

@@ -40,16 +40,16 @@ pub(super) struct ArchivedEvent {
 
 impl Archive {
     /// The archive stored at `key`; none stored reads as an empty one (a task not sealed).
-    pub fn read(key: &str, stored: Option<&[u8]>) -> Result<Archive, StoreError> {
+    pub(super) fn read(key: &str, stored: Option<&[u8]>) -> Result<Archive, StoreError> {
         stored.map_or_else(|| Ok(Archive::default()), |bytes| decode(key, bytes))
     }
 
-    pub fn result(&self, stage_id: &str) -> Option<&StageResult> {
+    pub(super) fn result(&self, stage_id: &str) -> Option<&StageResult> {
         self.results.iter().find(|r| r.stage_id == stage_id)
     }
 
     /// The archived events after stream position `after` (all when `None`).
-    pub fn events_after(&self, after: Option<&str>) -> Vec<StoredEvent> {
+    pub(super) fn events_after(&self, after: Option<&str>) -> Vec<StoredEvent> {
         let after = after.and_then(stream_position);
         self.events
             .iter()

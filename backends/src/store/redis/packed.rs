@@ -10,7 +10,7 @@ use crate::store::StoreError;
 
 /// Shorter values are stored as they are: a frame's header and a small value's lack of
 /// repetition would make them longer, or no shorter.
-pub const PACK_MIN_BYTES: usize = 128;
+pub(super) const PACK_MIN_BYTES: usize = 128;
 
 /// zstd's own level default: within a few per cent of level 19's size on transcripts and task
 /// records, at a fraction of its CPU.
@@ -18,18 +18,18 @@ const LEVEL: i32 = 3;
 
 /// The largest value read back, decompressed. What verdict stores is bounded by the broker's
 /// message size many times over; a frame that expands past this is corrupt.
-pub const MAX_UNPACKED_BYTES: u64 = 256 * 1024 * 1024;
+pub(super) const MAX_UNPACKED_BYTES: u64 = 256 * 1024 * 1024;
 
 /// The first bytes of every zstd frame; JSON never starts with them.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// `bytes` as stored at `key`: a zstd frame, or themselves when short.
-pub fn pack(key: &str, bytes: &[u8]) -> Result<Vec<u8>, StoreError> {
+pub(super) fn pack(key: &str, bytes: &[u8]) -> Result<Vec<u8>, StoreError> {
     pack_at(key, bytes, LEVEL)
 }
 
 /// [`pack`] at zstd level `level`.
-pub fn pack_at(key: &str, bytes: &[u8], level: i32) -> Result<Vec<u8>, StoreError> {
+pub(super) fn pack_at(key: &str, bytes: &[u8], level: i32) -> Result<Vec<u8>, StoreError> {
     // A short value that looks like a frame is framed all the same, or it would read as one.
     if bytes.len() < PACK_MIN_BYTES && !bytes.starts_with(&ZSTD_MAGIC) {
         return Ok(bytes.to_vec());
@@ -42,7 +42,7 @@ pub fn pack_at(key: &str, bytes: &[u8], level: i32) -> Result<Vec<u8>, StoreErro
 
 /// What [`pack`] stored at `key`: a frame's content, bounded by [`MAX_UNPACKED_BYTES`], or the
 /// bytes themselves.
-pub fn unpack<'a>(key: &str, stored: &'a [u8]) -> Result<Cow<'a, [u8]>, StoreError> {
+pub(super) fn unpack<'a>(key: &str, stored: &'a [u8]) -> Result<Cow<'a, [u8]>, StoreError> {
     if !stored.starts_with(&ZSTD_MAGIC) {
         return Ok(Cow::Borrowed(stored));
     }
@@ -66,7 +66,7 @@ pub fn unpack<'a>(key: &str, stored: &'a [u8]) -> Result<Cow<'a, [u8]>, StoreErr
 }
 
 /// [`unpack`], as text.
-pub fn unpack_text(key: &str, stored: &[u8]) -> Result<String, StoreError> {
+pub(super) fn unpack_text(key: &str, stored: &[u8]) -> Result<String, StoreError> {
     String::from_utf8(unpack(key, stored)?.into_owned()).map_err(|e| StoreError::Corrupt {
         key: key.to_owned(),
         reason: format!("not UTF-8: {e}"),

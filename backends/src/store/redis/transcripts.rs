@@ -25,7 +25,7 @@ use verdict_proto::transcript::{Transcript, TranscriptEntry};
 
 /// Texts this long or longer are stored once by content hash; shorter ones stay inline, where a
 /// reference and a key of their own would cost more than they save.
-pub const SHARED_MIN_BYTES: usize = 1024;
+pub(super) const SHARED_MIN_BYTES: usize = 1024;
 
 /// What a transcript key holds: the transcript with its long texts emptied, and where each goes.
 #[derive(Debug, Serialize, Deserialize)]
